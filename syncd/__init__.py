@@ -1,0 +1,1 @@
+"""syncd: keeps cursor-paginated sources in sync with an indexer."""

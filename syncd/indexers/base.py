@@ -1,0 +1,31 @@
+"""Indexer plugin protocol (DESIGN.md §7, §8)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from syncd.models import Document
+
+if TYPE_CHECKING:
+    from syncd.http.transport import Transport
+
+
+@runtime_checkable
+class Indexer(Protocol):
+    """Indexes one document. Returning marks it ``indexed``; raising marks it ``failed``
+    with ``str(exc)`` as its error."""
+
+    async def index(self, document: Document) -> None: ...
+
+
+@dataclass(frozen=True)
+class IndexerContext:
+    """What an indexer factory gets besides its JSON config."""
+
+    connector_id: str
+    transport: Transport
+
+
+IndexerFactory = Callable[[Mapping[str, Any], IndexerContext], Indexer]

@@ -1,0 +1,198 @@
+"""The state store protocol (DESIGN.md §1, §2, §4, §7).
+
+The store is the source of truth. Every backend (SQLite, PostgreSQL) implements this one
+protocol and passes the same contract suite in ``tests/contract``. Backends translate driver
+errors into :class:`syncd.errors.StoreError` (and :class:`~syncd.errors.NameConflict`,
+:class:`~syncd.errors.NotFound`, :class:`~syncd.errors.Fenced` where documented).
+
+Ordering and pagination: connector and run ids are time-ordered strings (``models.new_id``),
+so keyset pagination by id is creation order. Lists take ``after`` (exclusive) and ``limit``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
+from typing import Any, Protocol
+
+from syncd.models import (
+    Connector,
+    ConnectorStatus,
+    DocStatus,
+    Document,
+    DocumentInput,
+    Run,
+    Transition,
+    Waiting,
+)
+
+Change = Callable[[Connector], Transition]
+"""A pure state rule: given the connector's current record, the transition to apply.
+
+It may raise (e.g. :class:`~syncd.errors.Conflict`); then nothing is written and the
+exception propagates out of :meth:`Store.mutate_connector`.
+"""
+
+
+class Store(Protocol):
+    """Persistence of connectors, runs and documents."""
+
+    async def open(self) -> None:
+        """Connect and apply migrations (idempotent; safe when several processes start)."""
+
+    async def close(self) -> None:
+        """Release connections."""
+
+    async def ping(self) -> None:
+        """Raise :class:`StoreError` unless the store answers."""
+
+    # --- connectors ---------------------------------------------------------------
+
+    async def create_connector(self, connector: Connector) -> Connector:
+        """Insert a new connector; :class:`NameConflict` if the name is taken."""
+
+    async def get_connector(self, connector_id: str) -> Connector | None:
+        """The connector, or ``None``."""
+
+    async def list_connectors(
+        self, *, status: ConnectorStatus | None = None, limit: int = 100, after: str | None = None
+    ) -> list[Connector]:
+        """Connectors ordered by id, ids greater than ``after``, optionally of one status."""
+
+    async def mutate_connector(
+        self, connector_id: str, change: Change
+    ) -> tuple[Connector, Connector]:
+        """Atomically read the connector (row-locked), apply ``change``, write the result.
+
+        Writes every field of the returned connector except ``id`` and ``created_at`` (the
+        change sets ``updated_at``), inserts ``transition.start`` as a new run row, and applies
+        each of ``transition.ends`` to its run row if that row's outcome is still ``running``.
+        All in one transaction. Returns ``(before, after)``. :class:`NotFound` if missing;
+        :class:`NameConflict` if a rename collides.
+        """
+
+    async def delete_connector(self, connector_id: str) -> None:
+        """Delete the connector with all its documents and runs (no-op if missing)."""
+
+    async def due_connectors(self, now: datetime, *, limit: int = 100) -> list[Connector]:
+        """Connectors with ``next_run_at <= now`` whose status is ``active`` or ``error``,
+        earliest first. Served by an index on ``next_run_at``, not a scan."""
+
+    # --- run writes, fenced by run id ----------------------------------------------
+
+    async def commit_page(
+        self,
+        connector_id: str,
+        run_id: str,
+        documents: Sequence[DocumentInput],
+        *,
+        next_cursor: str | None,
+        source_state: Mapping[str, Any],
+        now: datetime,
+    ) -> list[str]:
+        """Commit one crawled page in one transaction, fenced by ``run_id``.
+
+        If the connector's ``run_id`` is not ``run_id``: write nothing, raise :class:`Fenced`.
+        Otherwise upsert ``documents`` (by external id), set ``resume_cursor = next_cursor``,
+        ``source_state``, ``progress += (1 page, len(documents))``, ``sync_heartbeat_at =
+        now``, and add to the run row's ``pages``, ``documents_seen`` and
+        ``documents_enqueued``.
+
+        A document becomes (or stays) ``pending`` with ``attempts = 0`` and ``error`` null —
+        and its external id is returned to be enqueued — when it is new, when its content hash
+        changed, or when it is ``failed`` with error ``"Aborted"``. Otherwise it is left as it
+        is (an unchanged indexed, pending, running or failed document is not enqueued again).
+        Duplicate external ids within one page: the last one wins.
+        """
+
+    async def report(
+        self, connector_id: str, run_id: str, *, now: datetime, waiting: Waiting | None
+    ) -> bool:
+        """Heartbeat of a running run: set ``sync_heartbeat_at`` and ``waiting``.
+
+        Fenced: returns ``False`` (and writes nothing) if ``run_id`` is no longer current —
+        the caller then stops the run. This poll is how an abort sent to another instance is
+        noticed even when its broadcast is lost.
+        """
+
+    # --- runs -----------------------------------------------------------------------
+
+    async def get_run(self, run_id: str) -> Run | None:
+        """The run, or ``None``."""
+
+    async def list_runs(
+        self, connector_id: str, *, limit: int = 100, before: str | None = None
+    ) -> list[Run]:
+        """A connector's runs, newest first, ids smaller than ``before``."""
+
+    # --- documents ------------------------------------------------------------------
+
+    async def get_document(self, connector_id: str, external_id: str) -> Document | None:
+        """The document with its payload, or ``None``."""
+
+    async def list_documents(
+        self,
+        connector_id: str,
+        *,
+        status: DocStatus | None = None,
+        limit: int = 100,
+        after: str | None = None,
+    ) -> list[Document]:
+        """Documents (without payload) ordered by external id, greater than ``after``."""
+
+    async def document_counts(self, connector_id: str) -> dict[DocStatus, int]:
+        """Number of documents per status (every status present, zero if none)."""
+
+    async def pending_documents(
+        self, *, after: tuple[str, str] | None = None, limit: int = 1000
+    ) -> list[tuple[str, str]]:
+        """``(connector_id, external_id)`` of pending documents, ordered by that pair,
+        greater than ``after``: used to rebuild the queue on start."""
+
+    async def claim_documents(
+        self,
+        connector_id: str,
+        external_ids: Sequence[str],
+        *,
+        lease_token: str,
+        lease_until: datetime,
+        now: datetime,
+    ) -> list[Document]:
+        """Compare-and-set ``pending → running`` for those of ``external_ids`` that are
+        pending: set the lease, ``attempts += 1``. Returns the claimed ones with payload."""
+
+    async def finish_documents(
+        self,
+        connector_id: str,
+        lease_token: str,
+        results: Sequence[tuple[str, DocStatus, str | None]],
+        *,
+        now: datetime,
+    ) -> int:
+        """Record ``(external_id, indexed|failed, error)`` for documents still ``running``
+        under ``lease_token`` (clears the lease; sets ``indexed_at`` when indexed). Returns
+        how many were written; others (aborted, re-leased) are left alone."""
+
+    async def extend_leases(
+        self, connector_id: str, lease_token: str, until: datetime
+    ) -> int:
+        """Push back the lease of documents running under ``lease_token``."""
+
+    async def release_expired_leases(self, now: datetime) -> list[tuple[str, str]]:
+        """Return ``running`` documents whose lease expired to ``pending``; their ids."""
+
+    async def fail_documents(
+        self,
+        connector_id: str,
+        statuses: Sequence[DocStatus],
+        error: str,
+        *,
+        now: datetime,
+    ) -> int:
+        """Mark the connector's documents in ``statuses`` as ``failed`` with ``error``."""
+
+    async def requeue_documents(
+        self, connector_id: str, *, error: str | None = None, now: datetime
+    ) -> list[str]:
+        """``failed → pending`` (attempts reset) for the connector's failed documents, only
+        those with this ``error`` when given. Returns their external ids."""
