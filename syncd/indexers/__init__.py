@@ -1,1 +1,11 @@
-"""indexers"""
+"""Indexers: the plugin protocol and the built-in ``store`` and ``webhook`` indexers."""
+
+from __future__ import annotations
+
+from syncd.indexers.base import Indexer, IndexerContext, IndexerFactory
+from syncd.indexers.store import StoreIndexer
+from syncd.indexers.webhook import WebhookIndexer
+
+BUILTIN_INDEXERS: dict[str, IndexerFactory] = {"store": StoreIndexer, "webhook": WebhookIndexer}
+
+__all__ = ["BUILTIN_INDEXERS", "Indexer", "IndexerContext", "IndexerFactory"]

@@ -1,0 +1,540 @@
+"""The composition root: wires store, queue, transport, sync engine, scheduler, workers and API.
+
+Start order: store (migrated) → queue → transport → queue rebuilt from the store → workers →
+control-message listener → scheduler → API. Stop is the reverse: the API stops taking
+requests, the scheduler stops, each run ends at its next page boundary (``interrupted``),
+indexing finishes within the grace period, then connections close.
+
+The operations here (``create_connector``, ``trigger_sync``, ``abort_sync``, …) are the same
+for the HTTP API and for applications that embed the daemon.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import socket
+from collections.abc import Mapping
+from dataclasses import replace
+from types import TracebackType
+from typing import Any
+
+import structlog
+
+from syncd import rules, spec
+from syncd.config import Config
+from syncd.errors import ConfigError, NotFound, SyncdError, ValidationError
+from syncd.http.transport import Timeouts, Transport, resolve_timeouts
+from syncd.indexers import BUILTIN_INDEXERS
+from syncd.indexers.base import Indexer, IndexerContext, IndexerFactory
+from syncd.metrics import Metrics
+from syncd.models import (
+    ABORTED_ERROR,
+    Connector,
+    ConnectorStatus,
+    DocStatus,
+    Document,
+    Run,
+    new_id,
+    utcnow,
+)
+from syncd.queue import WorkQueue, open_queue
+from syncd.scheduler import Scheduler
+from syncd.sources import BUILTIN_SOURCES
+from syncd.sources.base import SourceFactory
+from syncd.store import Store, open_store
+from syncd.sync import SyncEngine
+from syncd.workers import Workers
+
+log = structlog.get_logger("syncd.daemon")
+
+_ABORT = "abort"
+
+
+def encode_cursor(value: str) -> str:
+    """An opaque list cursor for ``value``."""
+    return base64.urlsafe_b64encode(value.encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str | None) -> str | None:
+    """The value behind a cursor from :func:`encode_cursor`; 422 on anything else."""
+    if cursor is None:
+        return None
+    try:
+        return base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        raise ValidationError({"cursor": "invalid cursor"}) from None
+
+
+class Daemon:
+    """A running syncd instance: ``async with Daemon(config) as daemon: ...``."""
+
+    def __init__(
+        self,
+        config: Config | None = None,
+        *,
+        instance_id: str | None = None,
+        api_socket: socket.socket | None = None,
+        serve_api: bool = True,
+    ) -> None:
+        self.config = config or Config()
+        self.instance_id = instance_id or self.config.daemon.instance_id or new_id()
+        self.metrics = Metrics()
+        self._api_socket = api_socket
+        self._serve_api = serve_api
+        self._sources: dict[str, SourceFactory] = dict(BUILTIN_SOURCES)
+        self._indexers: dict[str, IndexerFactory] = dict(BUILTIN_INDEXERS)
+        self._indexer_cache: dict[str, tuple[Any, Indexer]] = {}
+        self._tasks: dict[str, asyncio.Task[Any]] = {}
+        self._cascades: dict[str, asyncio.Task[None]] = {}
+        self._started = False
+        self.api_runner: Any = None
+        self.store: Store
+        self.queue: WorkQueue
+        self.transport: Transport
+        self.engine: SyncEngine
+        self.workers: Workers
+        self.scheduler: Scheduler
+
+    # --- plugins --------------------------------------------------------------------
+
+    def register_source(self, name: str, factory: SourceFactory) -> None:
+        """Add a source type usable as ``{"type": name, ...}`` in a connector's source."""
+        self._sources[name] = factory
+
+    def register_indexer(self, name: str, factory: IndexerFactory) -> None:
+        """Add an indexer type usable as ``{"type": name, ...}`` in a connector's indexer."""
+        self._indexers[name] = factory
+
+    @property
+    def source_types(self) -> frozenset[str]:
+        """Known source types (built-in, entry points and registered)."""
+        return frozenset(self._sources)
+
+    @property
+    def indexer_types(self) -> frozenset[str]:
+        """Known indexer types (built-in, entry points and registered)."""
+        return frozenset(self._indexers)
+
+    def _load_entry_points(self) -> None:
+        from importlib.metadata import entry_points
+
+        for group, registry in (
+            ("syncd.sources", self._sources),
+            ("syncd.indexers", self._indexers),
+        ):
+            for ep in entry_points(group=group):
+                if ep.name not in registry:
+                    try:
+                        registry[ep.name] = ep.load()
+                    except Exception as exc:  # a broken plugin must not stop the daemon
+                        log.error("plugin failed to load", group=group, name=ep.name, error=str(exc))
+
+    def _source_factory(self, kind: str) -> SourceFactory:
+        try:
+            return self._sources[kind]
+        except KeyError:
+            raise ConfigError("source.type", f"unknown source type {kind!r}") from None
+
+    def _indexer_for(self, connector: Connector) -> Indexer:
+        cached = self._indexer_cache.get(connector.id)
+        key = (connector.updated_at, dict(connector.indexer))
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        kind = str(connector.indexer.get("type", "store"))
+        factory = self._indexers.get(kind)
+        if factory is None:
+            raise ConfigError("indexer.type", f"unknown indexer type {kind!r}")
+        indexer = factory(connector.indexer, IndexerContext(connector.id, self.transport))
+        self._indexer_cache[connector.id] = (key, indexer)
+        return indexer
+
+    # --- lifecycle ------------------------------------------------------------------
+
+    async def __aenter__(self) -> Daemon:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    async def start(self) -> None:
+        """Open the backends and start every component on the running loop."""
+        cfg = self.config
+        self._load_entry_points()
+        store_options: dict[str, Any] = {}
+        if cfg.store.url.startswith(("postgresql://", "postgres://")):
+            store_options = {
+                "statement_cache_size": cfg.store.statement_cache_size,
+                "min_size": cfg.store.pool_min_size,
+                "max_size": cfg.store.pool_max_size,
+            }
+        self.store = open_store(cfg.store.url, **store_options)
+        await self.store.open()
+        try:
+            self.queue = open_queue(
+                cfg.queue.url, prefix=cfg.queue.prefix, instance_id=self.instance_id
+            )
+            await self.queue.open()
+            timeouts = resolve_timeouts(
+                None, config=Timeouts(cfg.http.timeout_read, cfg.http.timeout_connect)
+            )
+            self.transport = Transport(
+                timeouts=timeouts,
+                on_retry=lambda exc, attempt: self.metrics.transport_retries.inc(),
+            )
+            await self.transport.open()
+        except BaseException:
+            await self.store.close()
+            raise
+        self.engine = SyncEngine(
+            store=self.store,
+            queue=self.queue,
+            transport=self.transport,
+            source_factory=self._source_factory,
+            metrics=self.metrics,
+            heartbeat_seconds=cfg.sync.heartbeat_seconds,
+        )
+        self.workers = Workers(
+            store=self.store,
+            queue=self.queue,
+            indexer_for=self._indexer_for,
+            metrics=self.metrics,
+            concurrency=cfg.workers.concurrency,
+            batch_size=cfg.workers.batch_size,
+            index_timeout=cfg.workers.index_timeout_seconds,
+            lease_seconds=cfg.workers.lease_seconds,
+        )
+        self.scheduler = Scheduler(
+            store=self.store,
+            start_run=self.engine.start,
+            owner=self.instance_id,
+            tick_seconds=cfg.scheduler.tick_seconds,
+            stale_lock_seconds=cfg.scheduler.stale_lock_seconds,
+        )
+        await self._rebuild_queue()
+        await self._resume_cascades()
+        self.workers.start()
+        self._spawn("control-messages", self._listen())
+        self._spawn("scheduler", self.scheduler.run())
+        self._spawn("metrics-refresh", self._refresh_metrics())
+        if self._serve_api:
+            from syncd.api import build_app, start_api
+
+            self.api_runner = await start_api(
+                build_app(self), cfg.api.listen, token=cfg.api.token, sock=self._api_socket
+            )
+        self._started = True
+        log.info("syncd started", instance_id=self.instance_id, api=self.api_address)
+
+    async def stop(self, grace: float | None = None) -> None:
+        """Stop in reverse order; runs are interrupted at their next page boundary."""
+        if not self._started:
+            return
+        self._started = False
+        grace = self.config.daemon.grace_seconds if grace is None else grace
+        if self.api_runner is not None:
+            await self.api_runner.cleanup()
+            self.api_runner = None
+        self.scheduler.stop()
+        await self.engine.stop(grace)
+        await self.workers.stop(grace)
+        for task in [*self._tasks.values(), *self._cascades.values()]:
+            task.cancel()
+        await asyncio.gather(*self._tasks.values(), *self._cascades.values(), return_exceptions=True)
+        self._tasks.clear()
+        self._cascades.clear()
+        await self.transport.close()
+        await self.queue.close()
+        await self.store.close()
+        log.info("syncd stopped", instance_id=self.instance_id)
+
+    @property
+    def api_address(self) -> str | None:
+        """Where the control API listens (``http://host:port`` or ``unix:/path``), if it does."""
+        if self.api_runner is None:
+            return None
+        addresses = getattr(self.api_runner, "addresses", [])
+        if not addresses:
+            return None
+        addr = addresses[0]
+        if isinstance(addr, str):
+            return f"unix:{addr}"
+        host, port = addr[0], addr[1]
+        host = f"[{host}]" if ":" in host else host
+        return f"http://{host}:{port}"
+
+    def _spawn(self, name: str, coro: Any) -> None:
+        task = asyncio.create_task(coro, name=name)
+        self._tasks[name] = task
+        task.add_done_callback(self._on_task_done)
+
+    def _on_task_done(self, task: asyncio.Task[Any]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            log.error("background task died", task=task.get_name(), error=str(task.exception()))
+
+    async def _rebuild_queue(self) -> None:
+        """Re-enqueue pending documents: the queue may have lost them (in-process queue,
+        restart); duplicates are harmless because claiming is a compare-and-set."""
+        after: tuple[str, str] | None = None
+        total = 0
+        while True:
+            rows = await self.store.pending_documents(after=after, limit=5000)
+            if not rows:
+                break
+            by_connector: dict[str, list[str]] = {}
+            for cid, ext in rows:
+                by_connector.setdefault(cid, []).append(ext)
+            for cid, ids in by_connector.items():
+                await self.queue.push(cid, ids)
+            total += len(rows)
+            after = rows[-1]
+        if total:
+            log.info("queue rebuilt from store", documents=total)
+
+    async def _resume_cascades(self) -> None:
+        after: str | None = None
+        while True:
+            rows = await self.store.list_connectors(
+                status=ConnectorStatus.DELETING, limit=100, after=after
+            )
+            for c in rows:
+                self._start_cascade(c.id)
+            if len(rows) < 100:
+                return
+            after = rows[-1].id
+
+    async def _listen(self) -> None:
+        """Apply control messages from every instance (this one included)."""
+        async for message in self.queue.messages():
+            if message.get("type") == _ABORT:
+                cid = message.get("connector_id", "")
+                self.workers.cancel_connector(cid)
+                self.engine.abort_local(cid, message.get("run_id") or None)
+
+    async def _refresh_metrics(self) -> None:
+        while True:
+            try:
+                self.metrics.set_queue_depth(await self.queue.depth())
+                totals: dict[str, int] = {str(s): 0 for s in DocStatus}
+                after: str | None = None
+                for _ in range(10):
+                    rows = await self.store.list_connectors(limit=100, after=after)
+                    for c in rows:
+                        for status, n in (await self.store.document_counts(c.id)).items():
+                            totals[str(status)] += n
+                    if len(rows) < 100:
+                        break
+                    after = rows[-1].id
+                self.metrics.set_document_counts(totals)
+            except SyncdError as exc:
+                log.debug("metrics refresh failed", error=str(exc))
+            await asyncio.sleep(5.0)
+
+    # --- operations -----------------------------------------------------------------
+
+    def _defaults(self) -> spec.SyncDefaults:
+        s = self.config.sync
+        return spec.SyncDefaults(
+            page_retries=s.page_retries,
+            page_retry_backoff=s.page_retry_backoff,
+            throttle_seconds=s.throttle_seconds,
+            retry_on_status=tuple(s.retry_on_status),
+        )
+
+    async def create_connector(self, body: Mapping[str, Any]) -> Connector:
+        """Validate and create a connector (``ValidationError``, ``NameConflict``)."""
+        fields = spec.parse_create(
+            body,
+            defaults=self._defaults(),
+            source_types=self.source_types,
+            indexer_types=self.indexer_types,
+        )
+        now = utcnow()
+        connector = Connector(id=new_id(), created_at=now, updated_at=now, **fields)
+        connector = replace(connector, next_run_at=rules.next_run_at(connector, now))
+        return await self.store.create_connector(connector)
+
+    async def get_connector(self, connector_id: str) -> Connector:
+        """The connector, or ``NotFound``."""
+        c = await self.store.get_connector(connector_id)
+        if c is None:
+            raise NotFound()
+        return c
+
+    async def list_connectors(
+        self,
+        *,
+        status: ConnectorStatus | None = None,
+        limit: int = 100,
+        cursor: str | None = None,
+    ) -> tuple[list[Connector], str | None]:
+        """A page of connectors and the cursor of the next page (``None`` at the end)."""
+        rows = await self.store.list_connectors(
+            status=status, limit=limit + 1, after=decode_cursor(cursor)
+        )
+        more = len(rows) > limit
+        rows = rows[:limit]
+        return rows, (encode_cursor(rows[-1].id) if more and rows else None)
+
+    async def update_connector(self, connector_id: str, body: Mapping[str, Any]) -> Connector:
+        """PATCH a connector (``NotFound``, ``Conflict``, ``ValidationError``)."""
+        await self.get_connector(connector_id)  # 404 before 422, like every {id} route
+        changes = spec.parse_patch(
+            body, source_types=self.source_types, indexer_types=self.indexer_types
+        )
+        now = utcnow()
+        _, after = await self.store.mutate_connector(
+            connector_id, lambda c: rules.patch(c, changes, now=now)
+        )
+        self._indexer_cache.pop(connector_id, None)
+        return after
+
+    async def delete_connector(self, connector_id: str) -> None:
+        """Mark ``deleting`` and cascade in the background (idempotent while deleting)."""
+        now = utcnow()
+        before, _ = await self.store.mutate_connector(
+            connector_id, lambda c: rules.begin_delete(c, now=now)
+        )
+        if before.status is not ConnectorStatus.DELETING or connector_id not in self._cascades:
+            self._start_cascade(connector_id)
+
+    def _start_cascade(self, connector_id: str) -> None:
+        if connector_id in self._cascades:
+            return
+        task = asyncio.create_task(self._cascade(connector_id), name=f"delete:{connector_id}")
+        self._cascades[connector_id] = task
+
+    async def _cascade(self, connector_id: str) -> None:
+        try:
+            await self.queue.purge(connector_id)
+            await self.store.delete_connector(connector_id)
+            self._indexer_cache.pop(connector_id, None)
+            log.info("connector deleted", connector_id=connector_id)
+        except SyncdError as exc:
+            # Left as `deleting`: the next start (or DELETE) resumes the cascade.
+            log.error("delete cascade failed", connector_id=connector_id, error=str(exc))
+        finally:
+            self._cascades.pop(connector_id, None)
+
+    async def wait_deleted(self, connector_id: str) -> None:
+        """Wait for this instance's delete cascade of the connector, if one runs."""
+        task = self._cascades.get(connector_id)
+        if task is not None:
+            await asyncio.wait({task})
+
+    async def trigger_sync(self, connector_id: str) -> str:
+        """Start a manual sync; returns its run id (``Conflict`` per DESIGN.md §3)."""
+        run_id = new_id()
+        now = utcnow()
+        _, after = await self.store.mutate_connector(
+            connector_id,
+            lambda c: rules.trigger(c, run_id=run_id, owner=self.instance_id, now=now),
+        )
+        self.engine.start(after, "manual")
+        return run_id
+
+    async def abort_sync(self, connector_id: str) -> str | None:
+        """Abort the running sync wherever it runs; returns the aborted run id.
+
+        In order: idle at once (fenced), pending documents purged and failed, running ones
+        failed and their indexing cancelled, the run's cancel token set.
+        """
+        now = utcnow()
+        before, _ = await self.store.mutate_connector(
+            connector_id, lambda c: rules.abort(c, now=now)
+        )
+        run_id = before.run_id
+        await self.queue.purge(connector_id)
+        await self.store.fail_documents(connector_id, [DocStatus.PENDING], ABORTED_ERROR, now=now)
+        await self.store.fail_documents(connector_id, [DocStatus.RUNNING], ABORTED_ERROR, now=now)
+        # Local first (no round trip), then every other instance.
+        self.workers.cancel_connector(connector_id)
+        self.engine.abort_local(connector_id, run_id)
+        try:
+            await self.queue.publish(
+                {"type": _ABORT, "connector_id": connector_id, "run_id": run_id or ""}
+            )
+        except SyncdError as exc:
+            # The run's heartbeat poll sees the cleared run id within a second anyway.
+            log.warning("abort broadcast failed", connector_id=connector_id, error=str(exc))
+        self.metrics.runs.labels(trigger="manual", outcome="aborted").inc()
+        return run_id
+
+    async def wait_run(self, connector_id: str) -> None:
+        """Wait until this instance's run of the connector (if any) has ended."""
+        await self.engine.wait(connector_id)
+
+    async def list_runs(
+        self, connector_id: str, *, limit: int = 100, cursor: str | None = None
+    ) -> tuple[list[Run], str | None]:
+        """A page of the connector's runs, newest first."""
+        await self.get_connector(connector_id)
+        rows = await self.store.list_runs(
+            connector_id, limit=limit + 1, before=decode_cursor(cursor)
+        )
+        more = len(rows) > limit
+        rows = rows[:limit]
+        return rows, (encode_cursor(rows[-1].id) if more and rows else None)
+
+    async def list_documents(
+        self,
+        connector_id: str,
+        *,
+        status: DocStatus | None = None,
+        limit: int = 100,
+        cursor: str | None = None,
+    ) -> tuple[list[Document], str | None]:
+        """A page of the connector's documents, by external id."""
+        await self.get_connector(connector_id)
+        rows = await self.store.list_documents(
+            connector_id, status=status, limit=limit + 1, after=decode_cursor(cursor)
+        )
+        more = len(rows) > limit
+        rows = rows[:limit]
+        return rows, (encode_cursor(rows[-1].external_id) if more and rows else None)
+
+    async def get_document(self, connector_id: str, external_id: str) -> Document:
+        """One document with its payload (``NotFound``)."""
+        await self.get_connector(connector_id)
+        doc = await self.store.get_document(connector_id, external_id)
+        if doc is None:
+            raise NotFound("Document not found")
+        return doc
+
+    async def retry_failed(self, connector_id: str) -> int:
+        """Re-queue the connector's failed documents; how many."""
+        await self.get_connector(connector_id)
+        ids = await self.store.requeue_documents(connector_id, now=utcnow())
+        if ids:
+            await self.queue.push(connector_id, ids)
+        return len(ids)
+
+    async def document_counts(self, connector_id: str) -> dict[DocStatus, int]:
+        """Documents per status."""
+        return await self.store.document_counts(connector_id)
+
+    async def readiness(self) -> dict[str, str]:
+        """``{"store": "ok"|error, "queue": "ok"|error}``."""
+        result: dict[str, str] = {}
+        for name, ping in (("store", self.store.ping), ("queue", self.queue.ping)):
+            try:
+                await asyncio.wait_for(ping(), 5.0)
+                result[name] = "ok"
+            except (SyncdError, TimeoutError, OSError) as exc:
+                result[name] = str(exc) or type(exc).__name__
+        return result
+
+
+async def serve(config: Config) -> int:
+    """Run the daemon until SIGTERM/SIGINT; the process's exit code. See ``syncd.service``."""
+    from syncd.runner import run_service
+
+    return await run_service(config)
+

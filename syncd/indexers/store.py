@@ -1,0 +1,19 @@
+"""The ``store`` indexer: the payload is already kept in the store and served by the API."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from syncd.indexers.base import IndexerContext
+from syncd.models import Document
+
+
+class StoreIndexer:
+    """Marks documents indexed; their payload is read back through the API."""
+
+    def __init__(self, config: Mapping[str, Any], context: IndexerContext) -> None:
+        self.connector_id = context.connector_id
+
+    async def index(self, document: Document) -> None:
+        """Nothing to do: the store already holds the document."""

@@ -1,0 +1,260 @@
+"""The connector state contract (DESIGN.md §2, §3, §5) as pure functions.
+
+Each rule takes the connector's current record and returns a :class:`Transition` — or raises
+:class:`Conflict` with the exact user-facing message, :class:`Fenced` when a run's write
+arrives after the run stopped being current, or :class:`NotDue` when a scheduled tick finds
+that another instance already handled the connector. No I/O; time is passed in. The store
+applies a rule atomically (``Store.mutate_connector``), which is what makes each decision a
+compare-and-set.
+
+Decisions that differ from the system this design replaces, on purpose:
+- completing a run does not undo a pause made during it;
+- an abort changes no ``status`` and sets no ``last_synced_at``;
+- ``last_error`` is cleared whenever ``status`` becomes anything other than ``error``;
+- ``deleting`` rejects sync and PATCH.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from datetime import datetime
+from typing import Any
+
+from syncd import schedule
+from syncd.errors import Conflict, Fenced, SyncdError
+from syncd.models import (
+    Connector,
+    ConnectorStatus,
+    Progress,
+    RunEnd,
+    RunOutcome,
+    RunStart,
+    RunTrigger,
+    SyncStatus,
+    Transition,
+)
+
+MSG_DELETING = "Connector is being deleted"
+MSG_PAUSED = "Connector is paused"
+MSG_RUNNING = "Sync already in progress"
+MSG_NOT_RUNNING = "No sync in progress"
+MSG_DELETE_RUNNING = "Cannot delete connector while sync is running"
+LAST_ERROR_MAX = 500
+
+_PATCHABLE = frozenset(
+    {
+        "status",
+        "name",
+        "sync_schedule",
+        "sync_timezone",
+        "source",
+        "indexer",
+        "page_retries",
+        "page_retry_backoff",
+        "throttle_seconds",
+        "retry_on_status",
+    }
+)
+
+
+class NotDue(SyncdError):
+    """A scheduled tick has nothing to do for this connector (already advanced elsewhere)."""
+
+
+def _with_status(c: Connector, status: ConnectorStatus, **changes: Any) -> Connector:
+    """Set ``status``, clearing ``last_error`` unless the new status is ``error``."""
+    if status is not ConnectorStatus.ERROR:
+        changes["last_error"] = None
+    return replace(c, status=status, **changes)
+
+
+def _idle(c: Connector, now: datetime, **changes: Any) -> Connector:
+    return replace(
+        c, sync_status=SyncStatus.IDLE, run_id=None, waiting=None, updated_at=now, **changes
+    )
+
+
+def next_run_at(c: Connector, now: datetime) -> datetime | None:
+    """When the connector's schedule fires next after ``now`` (``None`` without a schedule)."""
+    if not c.sync_schedule:
+        return None
+    return schedule.next_fire(c.sync_schedule, now, c.sync_timezone)
+
+
+def _fence(c: Connector, run_id: str) -> None:
+    if c.run_id != run_id or c.sync_status is not SyncStatus.RUNNING:
+        raise Fenced(f"run {run_id} is no longer the current run of connector {c.id}")
+
+
+# --- starting a run ---------------------------------------------------------------------
+
+
+def check_trigger(c: Connector) -> None:
+    """Raise the §3 conflict that forbids a manual sync now, if any (in the table's order)."""
+    if c.status is ConnectorStatus.DELETING:
+        raise Conflict(MSG_DELETING)
+    if c.status is ConnectorStatus.PAUSED:
+        raise Conflict(MSG_PAUSED)
+    if c.sync_status is SyncStatus.RUNNING:
+        raise Conflict(MSG_RUNNING, run_id=c.run_id)
+
+
+def _claim(
+    c: Connector,
+    *,
+    run_id: str,
+    owner: str | None,
+    now: datetime,
+    trigger: RunTrigger,
+    **changes: Any,
+) -> Transition:
+    claimed = replace(
+        c,
+        sync_status=SyncStatus.RUNNING,
+        run_id=run_id,
+        sync_started_at=now,
+        sync_owner=owner,
+        sync_heartbeat_at=now,
+        progress=Progress(),
+        waiting=None,
+        updated_at=now,
+        **changes,
+    )
+    return Transition(claimed, start=RunStart(run_id, c.id, trigger, now, owner))
+
+
+def trigger(c: Connector, *, run_id: str, owner: str | None, now: datetime) -> Transition:
+    """Manual trigger: ``idle → running`` for an ``active`` or ``error`` connector."""
+    check_trigger(c)
+    return _claim(c, run_id=run_id, owner=owner, now=now, trigger=RunTrigger.MANUAL)
+
+
+def scheduled(
+    c: Connector,
+    *,
+    run_id: str,
+    owner: str | None,
+    now: datetime,
+    stale_before: datetime,
+) -> Transition:
+    """A scheduler tick for a connector found due.
+
+    Advances ``next_run_at`` past ``now`` in every case (missed ticks run once, not once
+    each). Starts a run (trigger ``schedule``) when idle; takes over a run older than
+    ``stale_before`` or without a start time (trigger ``stale_lock``, the old run becomes
+    ``interrupted``); leaves a younger run alone. ``NotDue`` if another instance already
+    advanced the schedule, or the connector is paused, deleting or unscheduled.
+    """
+    if c.next_run_at is None or c.next_run_at > now or not c.sync_schedule:
+        raise NotDue("not due")
+    nxt = next_run_at(c, now)
+    if c.status in (ConnectorStatus.PAUSED, ConnectorStatus.DELETING):
+        raise NotDue(str(c.status))
+    if c.sync_status is SyncStatus.IDLE:
+        return _claim(
+            c, run_id=run_id, owner=owner, now=now, trigger=RunTrigger.SCHEDULE, next_run_at=nxt
+        )
+    if c.sync_started_at is not None and c.sync_started_at >= stale_before:
+        return Transition(replace(c, next_run_at=nxt, updated_at=now))
+    return stale_takeover(c, run_id=run_id, owner=owner, now=now, next_run_at=nxt)
+
+
+def stale_takeover(
+    c: Connector,
+    *,
+    run_id: str,
+    owner: str | None,
+    now: datetime,
+    next_run_at: datetime | None,
+) -> Transition:
+    """Replace an orphaned run: the old run becomes ``interrupted``, a new one starts."""
+    t = _claim(
+        c,
+        run_id=run_id,
+        owner=owner,
+        now=now,
+        trigger=RunTrigger.STALE_LOCK,
+        next_run_at=next_run_at,
+    )
+    ends = (RunEnd(c.run_id, RunOutcome.INTERRUPTED, now, "stale lock"),) if c.run_id else ()
+    return replace(t, ends=ends)
+
+
+# --- ending a run (all fenced by run id) ---------------------------------------------------
+
+
+def succeed(c: Connector, *, run_id: str, now: datetime) -> Transition:
+    """The crawl loop finished: ``error``/``active`` → ``active``; ``paused`` stays paused."""
+    _fence(c, run_id)
+    status = ConnectorStatus.PAUSED if c.status is ConnectorStatus.PAUSED else ConnectorStatus.ACTIVE
+    done = _with_status(_idle(c, now, last_synced_at=now, resume_cursor=None), status)
+    return Transition(done, ends=(RunEnd(run_id, RunOutcome.SUCCEEDED, now),))
+
+
+def fail(c: Connector, *, run_id: str, error: str, now: datetime) -> Transition:
+    """The crawl loop raised: → ``error`` with ``last_error`` (500 characters at most)."""
+    _fence(c, run_id)
+    message = error[:LAST_ERROR_MAX]
+    done = replace(_idle(c, now), status=ConnectorStatus.ERROR, last_error=message)
+    return Transition(done, ends=(RunEnd(run_id, RunOutcome.FAILED, now, message),))
+
+
+def interrupt(c: Connector, *, run_id: str, now: datetime) -> Transition:
+    """Graceful stop: idle, run ``interrupted``, ``status`` unchanged (the next run resumes)."""
+    _fence(c, run_id)
+    return Transition(_idle(c, now), ends=(RunEnd(run_id, RunOutcome.INTERRUPTED, now),))
+
+
+def abort(c: Connector, *, now: datetime) -> Transition:
+    """``running → idle`` at once, clearing the run id (which fences the run's later writes).
+
+    ``status`` is not changed and ``last_synced_at`` is not set.
+    """
+    if c.sync_status is not SyncStatus.RUNNING:
+        raise Conflict(MSG_NOT_RUNNING)
+    ends = (RunEnd(c.run_id, RunOutcome.ABORTED, now, "Aborted"),) if c.run_id else ()
+    return Transition(_idle(c, now), ends=ends)
+
+
+# --- configuration and lifecycle --------------------------------------------------------
+
+
+def patch(c: Connector, changes: Mapping[str, Any], *, now: datetime) -> Transition:
+    """PATCH: refused while ``deleting``; ``status`` may become ``active`` or ``paused``.
+
+    A schedule change, or a connector becoming active again, recomputes ``next_run_at`` from
+    ``now`` so that a resumed connector does not fire for ticks missed while paused.
+    """
+    if c.status is ConnectorStatus.DELETING:
+        raise Conflict(MSG_DELETING)
+    unknown = set(changes) - _PATCHABLE
+    if unknown:
+        raise ValueError(f"not patchable: {sorted(unknown)}")
+    fields = {k: v for k, v in changes.items() if k != "status"}
+    updated = replace(c, updated_at=now, **fields)
+    status = changes.get("status")
+    if status is not None:
+        status = ConnectorStatus(status)
+        if status not in (ConnectorStatus.ACTIVE, ConnectorStatus.PAUSED):
+            raise ValueError(f"status cannot be set to {status}")
+        updated = _with_status(updated, status)
+    reschedule = (
+        "sync_schedule" in changes
+        or "sync_timezone" in changes
+        or (status is ConnectorStatus.ACTIVE and c.status is not ConnectorStatus.ACTIVE)
+    )
+    if reschedule:
+        updated = replace(updated, next_run_at=next_run_at(updated, now))
+    return Transition(updated)
+
+
+def begin_delete(c: Connector, *, now: datetime) -> Transition:
+    """``DELETE``: refused while a sync runs; idempotent when already ``deleting``."""
+    if c.sync_status is SyncStatus.RUNNING:
+        raise Conflict(MSG_DELETE_RUNNING)
+    if c.status is ConnectorStatus.DELETING:
+        return Transition(c)
+    return Transition(
+        _with_status(c, ConnectorStatus.DELETING, next_run_at=None, updated_at=now)
+    )

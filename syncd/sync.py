@@ -1,0 +1,284 @@
+"""Sync runs (DESIGN.md §4): claim → paginate → per-page commit → enqueue.
+
+:class:`SyncEngine` owns the sync tasks of this instance, one per running connector. A run
+writes nothing that is not fenced by its run id; when a write is refused (the run was aborted
+or taken over elsewhere) the run stops. An abort reaches a run through its cancel token — set
+directly when the abort arrives at this instance, by a broadcast from another instance, or by
+the heartbeat's store poll when the broadcast was lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+import structlog
+
+from syncd import rules
+from syncd.errors import Aborted, ClientError, Fenced, SyncdError
+from syncd.http.paginator import AsyncCursorPaginator, CancelToken
+from syncd.http.transport import Transport
+from syncd.metrics import Metrics
+from syncd.models import (
+    ABORTED_ERROR,
+    Connector,
+    Page,
+    WaitReason,
+    Waiting,
+    document_inputs,
+    utcnow,
+)
+from syncd.queue.base import WorkQueue
+from syncd.sources.base import Source, SourceContext, SourceFactory
+from syncd.store.base import Store
+
+log = structlog.get_logger("syncd.sync")
+
+
+@dataclass
+class _Handle:
+    """A run executing in this instance."""
+
+    connector_id: str
+    run_id: str
+    token: CancelToken
+    task: asyncio.Task[None] | None = None
+    trigger: str = "manual"
+    waiting: Waiting | None = None
+    stopping: bool = False
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class SyncEngine:
+    """Runs syncs of this instance and stops them on abort or shutdown."""
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        queue: WorkQueue,
+        transport: Transport,
+        source_factory: Callable[[str], SourceFactory],
+        metrics: Metrics,
+        heartbeat_seconds: float = 1.0,
+    ) -> None:
+        self._store = store
+        self._queue = queue
+        self._transport = transport
+        self._source_factory = source_factory
+        self._metrics = metrics
+        self._heartbeat_seconds = heartbeat_seconds
+        self._runs: dict[str, _Handle] = {}
+
+    @property
+    def running(self) -> dict[str, str]:
+        """``{connector_id: run_id}`` of the runs executing in this instance."""
+        return {cid: h.run_id for cid, h in self._runs.items()}
+
+    def start(self, connector: Connector, trigger: str) -> None:
+        """Start the run just claimed for ``connector`` (its ``run_id`` is set)."""
+        assert connector.run_id is not None
+        handle = _Handle(connector.id, connector.run_id, CancelToken(), trigger=trigger)
+        self._runs[connector.id] = handle
+        handle.task = asyncio.create_task(
+            self._run(connector, handle), name=f"sync:{connector.id}:{connector.run_id}"
+        )
+
+    def abort_local(self, connector_id: str, run_id: str | None = None) -> bool:
+        """Set the cancel token of this instance's run of the connector, if it runs here."""
+        handle = self._runs.get(connector_id)
+        if handle is None or (run_id is not None and handle.run_id != run_id):
+            return False
+        handle.token.cancel()
+        return True
+
+    async def wait(self, connector_id: str) -> None:
+        """Wait until this instance's run of the connector (if any) has ended."""
+        handle = self._runs.get(connector_id)
+        if handle is not None:
+            await handle.done.wait()
+
+    async def stop(self, grace: float) -> None:
+        """Graceful stop: each run ends at its next page boundary and is marked
+        ``interrupted``; runs still going after ``grace`` seconds are cancelled."""
+        handles = list(self._runs.values())
+        for h in handles:
+            h.stopping = True
+            # A run sleeping in a backoff or blocked on a hung request must not hold the
+            # shutdown: the token interrupts both; the run is then marked interrupted.
+            h.token.cancel()
+        tasks = [h.task for h in handles if h.task is not None]
+        if not tasks:
+            return
+        _, pending = await asyncio.wait(tasks, timeout=grace)
+        for t in pending:
+            t.cancel()
+        if pending:
+            await asyncio.wait(pending)
+
+    # --- the run --------------------------------------------------------------------
+
+    async def _run(self, connector: Connector, handle: _Handle) -> None:
+        run_id = handle.run_id
+        cid = connector.id
+        structlog.contextvars.bind_contextvars(connector_id=cid, run_id=run_id)
+        heartbeat = asyncio.create_task(self._heartbeat(handle), name=f"heartbeat:{cid}")
+        try:
+            await self._crawl(connector, handle)
+        except asyncio.CancelledError:
+            await self._end(handle, "interrupted")
+            raise
+        except (Aborted, Fenced):
+            if handle.stopping:
+                await self._end(handle, "interrupted")
+            else:
+                log.info("sync stopped: aborted")
+        except Exception as exc:
+            if handle.token.cancelled and not handle.stopping:
+                # An abort already set the state; what the unwinding raised is logged only.
+                log.warning("error while an aborted run unwound", error=str(exc))
+            else:
+                log.error("sync failed", error=str(exc), exc_type=type(exc).__name__)
+                await self._end(handle, "failed", _describe(exc))
+        else:
+            await self._end(handle, "interrupted" if handle.stopping else "succeeded")
+        finally:
+            heartbeat.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await heartbeat
+            self._runs.pop(cid, None)
+            handle.done.set()
+            structlog.contextvars.unbind_contextvars("connector_id", "run_id")
+
+    async def _crawl(self, connector: Connector, handle: _Handle) -> None:
+        cid, run_id = connector.id, handle.run_id
+        # Documents failed by an abort are re-enqueued whether or not their pages come again.
+        requeued = await self._store.requeue_documents(cid, error=ABORTED_ERROR, now=utcnow())
+        if requeued:
+            await self._queue.push(cid, requeued)
+        resuming = connector.resume_cursor is not None
+        source = self._build_source(connector, resuming)
+        id_field = str(connector.source.get("id_field", "id"))
+        fetch = _resumable(source, connector.resume_cursor)
+        pages = AsyncCursorPaginator(
+            fetch,
+            max_retries=connector.page_retries,
+            backoff_factor=connector.page_retry_backoff,
+            retry_on_status=tuple(connector.retry_on_status),
+            throttle_seconds=connector.throttle_seconds,
+            cancel_token=handle.token,
+            start_cursor=connector.resume_cursor,
+            on_wait=lambda reason, seconds: self._on_wait(handle, reason, seconds),
+            on_retry=lambda exc, attempt: self._metrics.page_retries.inc(),
+        )
+        log.info("sync started", resuming=resuming)
+        async for page in pages:
+            handle.waiting = None
+            self._metrics.pages.inc()
+            docs = document_inputs(page.records, id_field)
+            state = _checkpoint(source)
+            ids = await self._store.commit_page(
+                cid, run_id, docs, next_cursor=page.next_cursor, source_state=state, now=utcnow()
+            )
+            if ids:
+                await self._queue.push(cid, ids)
+            if handle.stopping:
+                return
+
+    def _build_source(self, connector: Connector, resuming: bool) -> Source:
+        kind = str(connector.source.get("type", "http"))
+        factory = self._source_factory(kind)
+        context = SourceContext(
+            connector_id=connector.id,
+            transport=self._transport,
+            state=dict(connector.source_state),
+            resuming=resuming,
+        )
+        return factory(connector.source, context)
+
+    def _on_wait(self, handle: _Handle, reason: WaitReason, seconds: float) -> None:
+        handle.waiting = Waiting(reason, utcnow() + timedelta(seconds=seconds))
+        self._metrics.backoff_seconds.labels(reason=str(reason)).inc(seconds)
+        # Show the wait at once rather than at the next heartbeat.
+        handle.wake.set()
+
+    async def _report(self, handle: _Handle) -> None:
+        current = await self._store.report(
+            handle.connector_id, handle.run_id, now=utcnow(), waiting=handle.waiting
+        )
+        if not current:
+            handle.token.cancel()
+
+    async def _heartbeat(self, handle: _Handle) -> None:
+        """Report liveness and waits; a refused report means the run was aborted elsewhere."""
+        while not handle.token.cancelled:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(handle.wake.wait(), self._heartbeat_seconds)
+            handle.wake.clear()
+            try:
+                await self._report(handle)
+            except SyncdError as exc:
+                log.warning("heartbeat failed", error=str(exc))
+
+    async def _end(self, handle: _Handle, outcome: str, error: str | None = None) -> None:
+        """Write the run's final transition (fenced); a refused write is only logged."""
+        cid, run_id = handle.connector_id, handle.run_id
+        now = utcnow()
+
+        def change(c: Connector) -> Any:
+            if outcome == "succeeded":
+                return rules.succeed(c, run_id=run_id, now=now)
+            if outcome == "failed":
+                return rules.fail(c, run_id=run_id, error=error or "failed", now=now)
+            return rules.interrupt(c, run_id=run_id, now=now)
+
+        try:
+            # Shielded: the final write must land even if shutdown cancels the run task now.
+            await asyncio.shield(self._store.mutate_connector(cid, change))
+        except Fenced:
+            log.info("run no longer current; final state not written", outcome=outcome)
+            return
+        except SyncdError as exc:
+            log.error("could not record the end of the run", outcome=outcome, error=str(exc))
+            return
+        self._metrics.runs.labels(trigger=handle.trigger, outcome=outcome).inc()
+        log.info("sync ended", outcome=outcome)
+
+
+def _resumable(
+    source: Source, resume_cursor: str | None
+) -> Callable[[str | None], Any]:
+    """``fetch_page`` that starts over when the source rejects the resume cursor (a 4xx)."""
+    state = {"first": True}
+
+    async def fetch(cursor: str | None) -> Page:
+        first, state["first"] = state["first"], False
+        if first and resume_cursor is not None and cursor == resume_cursor:
+            try:
+                return await source.fetch_page(cursor)
+            except ClientError as exc:
+                log.warning("source rejected the resume cursor; starting over", status=exc.status)
+                return await source.fetch_page(None)
+        return await source.fetch_page(cursor)
+
+    return fetch
+
+
+def _checkpoint(source: Source) -> Mapping[str, Any]:
+    checkpoint = getattr(source, "checkpoint", None)
+    if callable(checkpoint):
+        value = checkpoint()
+        if isinstance(value, Mapping):
+            return value
+    return {}
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    return text if isinstance(exc, SyncdError) else f"{type(exc).__name__}: {text}"
+

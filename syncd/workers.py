@@ -1,0 +1,215 @@
+"""Indexing workers (DESIGN.md §7).
+
+Each worker takes a batch of one connector's documents from the queue (the queue is fair
+across connectors), claims the pending ones in the store with a lease (compare-and-set
+``pending → running``), runs the connector's indexer on each with a timeout, and records the
+results under its lease. A result written after an abort (the document is no longer
+``running`` under this lease) is refused by the store. A sweeper returns documents whose lease
+expired (their worker died) to ``pending`` and re-enqueues them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+from datetime import timedelta
+
+import structlog
+
+from syncd.errors import SyncdError
+from syncd.indexers.base import Indexer
+from syncd.metrics import Metrics
+from syncd.models import Connector, ConnectorStatus, DocStatus, Document, new_id, utcnow
+from syncd.queue.base import Batch, WorkQueue
+from syncd.store.base import Store
+
+log = structlog.get_logger("syncd.workers")
+
+IndexerResolver = Callable[[Connector], Indexer]
+
+
+class Workers:
+    """A pool of indexing workers plus the lease sweeper."""
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        queue: WorkQueue,
+        indexer_for: IndexerResolver,
+        metrics: Metrics,
+        concurrency: int = 4,
+        batch_size: int = 100,
+        index_timeout: float = 30.0,
+        lease_seconds: float = 300.0,
+        poll_timeout: float = 1.0,
+    ) -> None:
+        self._store = store
+        self._queue = queue
+        self._indexer_for = indexer_for
+        self._metrics = metrics
+        self._concurrency = concurrency
+        self._batch_size = batch_size
+        self._index_timeout = index_timeout
+        self._lease_seconds = lease_seconds
+        self._poll_timeout = poll_timeout
+        self._tasks: list[asyncio.Task[None]] = []
+        self._stopping = asyncio.Event()
+        # connector id -> indexing tasks running now, so an abort can cancel them.
+        self._active: dict[str, set[asyncio.Task[list[tuple[str, DocStatus, str | None]]]]] = {}
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    def start(self) -> None:
+        """Start the workers and the sweeper."""
+        self._stopping.clear()
+        for i in range(self._concurrency):
+            self._tasks.append(asyncio.create_task(self._worker(), name=f"worker:{i}"))
+        self._tasks.append(asyncio.create_task(self._sweeper(), name="lease-sweeper"))
+
+    def cancel_connector(self, connector_id: str) -> int:
+        """Cancel this instance's indexing tasks of one connector (abort step 3)."""
+        tasks = self._active.get(connector_id, set())
+        for t in tasks:
+            t.cancel()
+        return len(tasks)
+
+    @property
+    def busy(self) -> int:
+        """Batches being indexed now."""
+        return sum(len(v) for v in self._active.values())
+
+    async def stop(self, grace: float) -> None:
+        """Stop taking work, let batches in progress finish within ``grace`` seconds, then
+        cancel the rest and release their leases so that they are redone."""
+        self._stopping.set()
+        if not self._tasks:
+            return
+        _, pending = await asyncio.wait(self._tasks, timeout=grace)
+        for t in pending:
+            t.cancel()
+        if pending:
+            await asyncio.wait(pending)
+        self._tasks.clear()
+
+    # --- loops ------------------------------------------------------------------------
+
+    async def _worker(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                batch = await self._queue.pop(self._batch_size, self._poll_timeout)
+            except SyncdError as exc:
+                log.warning("queue unavailable", error=str(exc))
+                await self._pause()
+                continue
+            if batch is None:
+                continue
+            try:
+                await self._handle(batch)
+            except SyncdError as exc:
+                # The store is the truth: documents not recorded stay pending/running and
+                # come back through the lease sweeper or the next start's queue rebuild.
+                log.warning("batch not processed", connector_id=batch.connector_id, error=str(exc))
+                await self._pause()
+
+    async def _pause(self) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stopping.wait(), self._poll_timeout)
+
+    async def _handle(self, batch: Batch) -> None:
+        cid = batch.connector_id
+        connector = await self._store.get_connector(cid)
+        if connector is None or connector.status is ConnectorStatus.DELETING:
+            await self._queue.ack(batch)
+            return
+        token = new_id()
+        now = utcnow()
+        docs = await self._store.claim_documents(
+            cid,
+            batch.external_ids,
+            lease_token=token,
+            lease_until=now + timedelta(seconds=self._lease_seconds),
+            now=now,
+        )
+        await self._queue.ack(batch)
+        if not docs:
+            return
+        indexer = self._indexer_for(connector)
+        task = asyncio.create_task(self._index_all(indexer, docs), name=f"index:{cid}")
+        active = self._active.setdefault(cid, set())
+        active.add(task)
+        try:
+            # asyncio.wait does not propagate the task's own cancellation (an abort), only
+            # this worker's.
+            await asyncio.wait({task})
+        except asyncio.CancelledError:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            await self._release(cid, token)
+            raise
+        finally:
+            active.discard(task)
+            if not active:
+                self._active.pop(cid, None)
+        if task.cancelled():
+            log.info("indexing cancelled by abort", connector_id=cid, documents=len(docs))
+            return
+        results = task.result()
+        await self._store.finish_documents(cid, token, results, now=utcnow())
+
+    async def _index_all(
+        self, indexer: Indexer, docs: list[Document]
+    ) -> list[tuple[str, DocStatus, str | None]]:
+        results: list[tuple[str, DocStatus, str | None]] = []
+        for doc in docs:
+            started = time.perf_counter()
+            try:
+                await asyncio.wait_for(indexer.index(doc), self._index_timeout)
+            except TimeoutError:
+                outcome = (doc.external_id, DocStatus.FAILED, "Index timeout")
+            except Exception as exc:
+                outcome = (doc.external_id, DocStatus.FAILED, (str(exc) or type(exc).__name__)[:500])
+            else:
+                outcome = (doc.external_id, DocStatus.INDEXED, None)
+            self._metrics.index_latency.labels(outcome=str(outcome[1])).observe(
+                time.perf_counter() - started
+            )
+            results.append(outcome)
+        return results
+
+    async def _release(self, connector_id: str, token: str) -> None:
+        """Give back documents claimed under ``token`` (shutdown): expire the lease now, and
+        let the sweep return them to pending."""
+        try:
+            now = utcnow()
+            await asyncio.shield(self._store.extend_leases(connector_id, token, now))
+            released = await asyncio.shield(self._store.release_expired_leases(now))
+            await self._push(released)
+        except SyncdError as exc:
+            log.warning("could not release leases", connector_id=connector_id, error=str(exc))
+
+    async def _push(self, pairs: list[tuple[str, str]]) -> None:
+        by_connector: dict[str, list[str]] = {}
+        for cid, ext in pairs:
+            by_connector.setdefault(cid, []).append(ext)
+        for cid, ids in by_connector.items():
+            await self._queue.push(cid, ids)
+
+    async def _sweeper(self) -> None:
+        """Return documents whose lease expired to pending and re-enqueue them."""
+        interval = max(0.05, min(self._lease_seconds / 4, 30.0))
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), interval)
+            if self._stopping.is_set():
+                return
+            try:
+                released = await self._store.release_expired_leases(utcnow())
+                if released:
+                    log.info("expired leases released", documents=len(released))
+                    await self._push(released)
+            except SyncdError as exc:
+                log.warning("lease sweep failed", error=str(exc))
