@@ -129,7 +129,9 @@ class Daemon:
                     try:
                         registry[ep.name] = ep.load()
                     except Exception as exc:  # a broken plugin must not stop the daemon
-                        log.error("plugin failed to load", group=group, name=ep.name, error=str(exc))
+                        log.error(
+                            "plugin failed to load", group=group, name=ep.name, error=str(exc)
+                        )
 
     def _source_factory(self, kind: str) -> SourceFactory:
         try:
@@ -247,7 +249,9 @@ class Daemon:
         await self.workers.stop(grace)
         for task in [*self._tasks.values(), *self._cascades.values()]:
             task.cancel()
-        await asyncio.gather(*self._tasks.values(), *self._cascades.values(), return_exceptions=True)
+        await asyncio.gather(
+            *self._tasks.values(), *self._cascades.values(), return_exceptions=True
+        )
         self._tasks.clear()
         self._cascades.clear()
         await self.transport.close()
@@ -537,4 +541,3 @@ async def serve(config: Config) -> int:
     from syncd.runner import run_service
 
     return await run_service(config)
-

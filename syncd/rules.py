@@ -187,7 +187,9 @@ def stale_takeover(
 def succeed(c: Connector, *, run_id: str, now: datetime) -> Transition:
     """The crawl loop finished: ``error``/``active`` → ``active``; ``paused`` stays paused."""
     _fence(c, run_id)
-    status = ConnectorStatus.PAUSED if c.status is ConnectorStatus.PAUSED else ConnectorStatus.ACTIVE
+    status = (
+        ConnectorStatus.PAUSED if c.status is ConnectorStatus.PAUSED else ConnectorStatus.ACTIVE
+    )
     done = _with_status(_idle(c, now, last_synced_at=now, resume_cursor=None), status)
     return Transition(done, ends=(RunEnd(run_id, RunOutcome.SUCCEEDED, now),))
 
@@ -255,6 +257,4 @@ def begin_delete(c: Connector, *, now: datetime) -> Transition:
         raise Conflict(MSG_DELETE_RUNNING)
     if c.status is ConnectorStatus.DELETING:
         return Transition(c)
-    return Transition(
-        _with_status(c, ConnectorStatus.DELETING, next_run_at=None, updated_at=now)
-    )
+    return Transition(_with_status(c, ConnectorStatus.DELETING, next_run_at=None, updated_at=now))

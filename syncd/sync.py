@@ -27,8 +27,8 @@ from syncd.models import (
     ABORTED_ERROR,
     Connector,
     Page,
-    WaitReason,
     Waiting,
+    WaitReason,
     document_inputs,
     utcnow,
 )
@@ -250,9 +250,7 @@ class SyncEngine:
         log.info("sync ended", outcome=outcome)
 
 
-def _resumable(
-    source: Source, resume_cursor: str | None
-) -> Callable[[str | None], Any]:
+def _resumable(source: Source, resume_cursor: str | None) -> Callable[[str | None], Any]:
     """``fetch_page`` that starts over when the source rejects the resume cursor (a 4xx)."""
     state = {"first": True}
 
@@ -281,4 +279,3 @@ def _checkpoint(source: Source) -> Mapping[str, Any]:
 def _describe(exc: BaseException) -> str:
     text = str(exc) or type(exc).__name__
     return text if isinstance(exc, SyncdError) else f"{type(exc).__name__}: {text}"
-

@@ -166,12 +166,17 @@ class Workers:
         results: list[tuple[str, DocStatus, str | None]] = []
         for doc in docs:
             started = time.perf_counter()
+            outcome: tuple[str, DocStatus, str | None]
             try:
                 await asyncio.wait_for(indexer.index(doc), self._index_timeout)
             except TimeoutError:
                 outcome = (doc.external_id, DocStatus.FAILED, "Index timeout")
             except Exception as exc:
-                outcome = (doc.external_id, DocStatus.FAILED, (str(exc) or type(exc).__name__)[:500])
+                outcome = (
+                    doc.external_id,
+                    DocStatus.FAILED,
+                    (str(exc) or type(exc).__name__)[:500],
+                )
             else:
                 outcome = (doc.external_id, DocStatus.INDEXED, None)
             self._metrics.index_latency.labels(outcome=str(outcome[1])).observe(

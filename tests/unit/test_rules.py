@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
@@ -71,11 +72,19 @@ def test_deleting_wins_over_paused_and_running_order() -> None:
 
 @pytest.mark.parametrize("status", [ConnectorStatus.ACTIVE, ConnectorStatus.ERROR])
 def test_trigger_claims(status: ConnectorStatus) -> None:
-    t = rules.trigger(make(status=status, last_error="x" if status == "error" else None),
-                      run_id="r1", owner="i1", now=T0)
+    t = rules.trigger(
+        make(status=status, last_error="x" if status == "error" else None),
+        run_id="r1",
+        owner="i1",
+        now=T0,
+    )
     c = t.connector
     assert (c.sync_status, c.run_id, c.sync_started_at, c.sync_owner) == (
-        SyncStatus.RUNNING, "r1", T0, "i1")
+        SyncStatus.RUNNING,
+        "r1",
+        T0,
+        "i1",
+    )
     assert c.status is status  # a previous failure never blocks the next attempt
     assert t.start is not None and t.start.trigger is RunTrigger.MANUAL
     assert c.progress.pages == 0
@@ -93,8 +102,12 @@ def test_trigger_claims(status: ConnectorStatus) -> None:
     ],
 )
 def test_success_transition(status: ConnectorStatus, expected: ConnectorStatus) -> None:
-    c = replace(running(), status=status, last_error="boom" if status == "error" else None,
-                resume_cursor="c7")
+    c = replace(
+        running(),
+        status=status,
+        last_error="boom" if status == "error" else None,
+        resume_cursor="c7",
+    )
     t = rules.succeed(c, run_id="r1", now=T0 + timedelta(minutes=1))
     assert t.connector.status is expected
     assert t.connector.last_error is None
@@ -181,8 +194,9 @@ def test_patch_schedule_recomputes_next_run() -> None:
 
 
 def test_resume_recomputes_next_run_from_now() -> None:
-    c = make(status=ConnectorStatus.PAUSED, sync_schedule="0 * * * *",
-             next_run_at=T0 - timedelta(days=3))
+    c = make(
+        status=ConnectorStatus.PAUSED, sync_schedule="0 * * * *", next_run_at=T0 - timedelta(days=3)
+    )
     t = rules.patch(c, {"status": ConnectorStatus.ACTIVE}, now=T0 + timedelta(minutes=5))
     assert t.connector.next_run_at == T0 + timedelta(hours=1)
 
@@ -203,36 +217,46 @@ SCHEDULED = {"sync_schedule": "*/5 * * * *", "next_run_at": T0}
 
 def test_scheduled_starts_and_advances_once() -> None:
     now = T0 + timedelta(hours=5, minutes=2)  # many ticks missed while down
-    t = rules.scheduled(make(**SCHEDULED), run_id="r1", owner="i1", now=now,
-                        stale_before=now - timedelta(hours=1))
+    t = rules.scheduled(
+        make(**SCHEDULED), run_id="r1", owner="i1", now=now, stale_before=now - timedelta(hours=1)
+    )
     assert t.start is not None and t.start.trigger is RunTrigger.SCHEDULE
     assert t.connector.next_run_at == T0 + timedelta(hours=5, minutes=5)
     with pytest.raises(rules.NotDue):  # a second instance finds it advanced
-        rules.scheduled(t.connector, run_id="r2", owner="i2", now=now,
-                        stale_before=now - timedelta(hours=1))
+        rules.scheduled(
+            t.connector, run_id="r2", owner="i2", now=now, stale_before=now - timedelta(hours=1)
+        )
 
 
 @pytest.mark.parametrize("status", [ConnectorStatus.PAUSED, ConnectorStatus.DELETING])
 def test_scheduled_skips_paused_and_deleting(status: ConnectorStatus) -> None:
     with pytest.raises(rules.NotDue):
-        rules.scheduled(make(status=status, **SCHEDULED), run_id="r1", owner="i", now=T0,
-                        stale_before=T0)
+        rules.scheduled(
+            make(status=status, **SCHEDULED), run_id="r1", owner="i", now=T0, stale_before=T0
+        )
 
 
 def test_scheduled_runs_error_connectors() -> None:
-    t = rules.scheduled(make(status=ConnectorStatus.ERROR, last_error="e", **SCHEDULED),
-                        run_id="r1", owner="i", now=T0, stale_before=T0 - timedelta(hours=1))
+    t = rules.scheduled(
+        make(status=ConnectorStatus.ERROR, last_error="e", **SCHEDULED),
+        run_id="r1",
+        owner="i",
+        now=T0,
+        stale_before=T0 - timedelta(hours=1),
+    )
     assert t.start is not None
 
 
 def test_scheduled_skips_young_run_and_takes_over_stale_lock() -> None:
     c = replace(running(**SCHEDULED), sync_started_at=T0 - timedelta(minutes=10))
-    young = rules.scheduled(c, run_id="r2", owner="i2", now=T0,
-                            stale_before=T0 - timedelta(hours=1))
+    young = rules.scheduled(
+        c, run_id="r2", owner="i2", now=T0, stale_before=T0 - timedelta(hours=1)
+    )
     assert young.start is None and young.connector.run_id == "r1"
     assert young.connector.next_run_at == T0 + timedelta(minutes=5)
-    stale = rules.scheduled(c, run_id="r2", owner="i2", now=T0,
-                            stale_before=T0 - timedelta(minutes=5))
+    stale = rules.scheduled(
+        c, run_id="r2", owner="i2", now=T0, stale_before=T0 - timedelta(minutes=5)
+    )
     assert stale.start is not None and stale.start.trigger is RunTrigger.STALE_LOCK
     assert stale.connector.run_id == "r2" and stale.connector.sync_owner == "i2"
     assert [(e.id, e.outcome) for e in stale.ends] == [("r1", RunOutcome.INTERRUPTED)]
@@ -262,20 +286,22 @@ class ConnectorMachine(RuleBasedStateMachine):
         return self.clock
 
     def apply(self, fn: object, **kw: object) -> None:
-        try:
+        with contextlib.suppress(Conflict, Fenced, rules.NotDue):
             self.c = fn(self.c, **kw).connector  # type: ignore[operator]
-        except (Conflict, Fenced, rules.NotDue):
-            pass
 
     @rule()
     def trigger(self) -> None:
         self.n += 1
         before = self.c
         try:
-            self.c = rules.trigger(self.c, run_id=f"r{self.n}", owner="i", now=self.tick()).connector
+            self.c = rules.trigger(
+                self.c, run_id=f"r{self.n}", owner="i", now=self.tick()
+            ).connector
         except Conflict:
             assert before.sync_status is SyncStatus.RUNNING or before.status in (
-                ConnectorStatus.PAUSED, ConnectorStatus.DELETING)
+                ConnectorStatus.PAUSED,
+                ConnectorStatus.DELETING,
+            )
             return
         assert before.sync_status is SyncStatus.IDLE
         if before.run_id:
@@ -337,6 +363,7 @@ class ConnectorMachine(RuleBasedStateMachine):
             assert self.c.sync_status is SyncStatus.IDLE
 
 
-ConnectorMachine.TestCase.settings = settings(max_examples=200, stateful_step_count=40,
-                                              deadline=None)
+ConnectorMachine.TestCase.settings = settings(
+    max_examples=200, stateful_step_count=40, deadline=None
+)
 TestConnectorMachine = ConnectorMachine.TestCase
