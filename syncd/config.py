@@ -1,0 +1,561 @@
+"""Daemon configuration: a TOML file, overridden by ``SYNCD_<SECTION>_<KEY>`` variables.
+
+Every key is optional. Unknown sections and keys are errors, and every error names the
+offending key (``workers.concurrency``) or environment variable
+(``SYNCD_WORKERS_CONCURRENCY``), so a typo stops start-up instead of being ignored.
+
+The ``[http]`` timeouts are the one exception to environment overrides: the HTTP transport
+reads ``SYNCD_HTTP_TIMEOUT_READ`` / ``SYNCD_HTTP_TIMEOUT_CONNECT`` itself at run time, where
+a bad value logs a warning and falls back instead of stopping the daemon.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import math
+import os
+import re
+import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from syncd.errors import ConfigError
+
+__all__ = [
+    "ApiConfig",
+    "Config",
+    "DaemonConfig",
+    "HttpConfig",
+    "LogConfig",
+    "QueueConfig",
+    "SchedulerConfig",
+    "StoreConfig",
+    "SyncConfig",
+    "TcpAddress",
+    "UnixAddress",
+    "WorkersConfig",
+    "env_var",
+    "is_loopback",
+    "parse_listen",
+]
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+LOG_FORMATS = ("auto", "json", "console")
+
+
+@dataclass(frozen=True)
+class StoreConfig:
+    """``[store]``: the state store URL and PostgreSQL pool settings."""
+
+    url: str = "sqlite:///var/syncd.db"
+    statement_cache_size: int | None = None
+    pool_min_size: int = 1
+    pool_max_size: int = 10
+
+
+@dataclass(frozen=True)
+class QueueConfig:
+    """``[queue]``: the work queue URL and the Redis key prefix."""
+
+    url: str = "memory://"
+    prefix: str = "syncd"
+
+
+@dataclass(frozen=True)
+class ApiConfig:
+    """``[api]``: where the control API listens and the bearer token it requires."""
+
+    listen: str = "127.0.0.1:8765"
+    token: str | None = field(default=None, repr=False)
+    max_body_bytes: int = 1_048_576
+
+    @property
+    def address(self) -> TcpAddress | UnixAddress:
+        """``listen`` parsed (raises ``ValueError`` when malformed)."""
+        return parse_listen(self.listen)
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """``[scheduler]``: tick period and the age after which a running sync is a stale lock."""
+
+    tick_seconds: float = 5.0
+    stale_lock_seconds: float = 3600.0
+
+
+@dataclass(frozen=True)
+class WorkersConfig:
+    """``[workers]``: the indexing worker pool."""
+
+    concurrency: int = 4
+    index_timeout_seconds: float = 30.0
+    lease_seconds: float = 300.0
+    batch_size: int = 100
+
+
+@dataclass(frozen=True)
+class HttpConfig:
+    """``[http]``: default source request timeouts (seconds)."""
+
+    timeout_read: float = 30.0
+    timeout_connect: float = 5.0
+
+
+@dataclass(frozen=True)
+class LogConfig:
+    """``[log]``: level (debug|info|warning|error) and format (auto|json|console)."""
+
+    level: str = "info"
+    format: str = "auto"
+
+
+@dataclass(frozen=True)
+class SyncConfig:
+    """``[sync]``: defaults of a connector's paginator keys and the run heartbeat period."""
+
+    page_retries: int = 3
+    page_retry_backoff: float = 2.0
+    throttle_seconds: float = 0.0
+    retry_on_status: tuple[int, ...] = (502, 503, 504)
+    heartbeat_seconds: float = 1.0
+
+
+@dataclass(frozen=True)
+class DaemonConfig:
+    """``[daemon]``: this instance's id (generated when absent) and the stop grace period."""
+
+    instance_id: str | None = None
+    grace_seconds: float = 10.0
+
+
+@dataclass(frozen=True)
+class Config:
+    """The whole configuration. Build it with :meth:`load` or :meth:`from_mapping`."""
+
+    store: StoreConfig = field(default_factory=StoreConfig)
+    queue: QueueConfig = field(default_factory=QueueConfig)
+    api: ApiConfig = field(default_factory=ApiConfig)
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    workers: WorkersConfig = field(default_factory=WorkersConfig)
+    http: HttpConfig = field(default_factory=HttpConfig)
+    log: LogConfig = field(default_factory=LogConfig)
+    sync: SyncConfig = field(default_factory=SyncConfig)
+    daemon: DaemonConfig = field(default_factory=DaemonConfig)
+    path: Path | None = None
+
+    @classmethod
+    def load(
+        cls, path: str | Path | None = None, *, environ: Mapping[str, str] = os.environ
+    ) -> Config:
+        """Read ``path`` (else ``$SYNCD_CONFIG``; else built-in defaults) and apply the
+        environment overrides. Raises :class:`ConfigError` naming the bad key."""
+        from_env = False
+        if path is None and environ.get("SYNCD_CONFIG"):
+            path, from_env = environ["SYNCD_CONFIG"], True
+        if path is None:
+            return cls.from_mapping({}, environ=environ)
+        file = Path(path)
+        origin = " (from SYNCD_CONFIG)" if from_env else ""
+        try:
+            data = tomllib.loads(file.read_text(encoding="utf-8"))
+        except OSError as exc:
+            reason = exc.strerror or str(exc)
+            raise ConfigError(
+                str(file), f"cannot read configuration file{origin}: {reason}"
+            ) from exc
+        except UnicodeDecodeError as exc:
+            raise ConfigError(str(file), f"configuration file is not UTF-8{origin}") from exc
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(str(file), f"invalid TOML{origin}: {exc}") from exc
+        return cls.from_mapping(data, environ=environ, path=file)
+
+    @classmethod
+    def from_mapping(
+        cls,
+        data: Mapping[str, Any],
+        *,
+        environ: Mapping[str, str] = os.environ,
+        path: Path | None = None,
+    ) -> Config:
+        """Validate parsed TOML ``data``, apply the environment overrides and build the
+        config. ``path`` is where ``data`` came from (relative ``token_file`` paths are
+        resolved against its directory)."""
+        return _Builder(data, environ, path).build()
+
+
+# --- listen addresses -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TcpAddress:
+    """A ``host:port`` listen address (``port`` 0 picks a free port)."""
+
+    host: str
+    port: int
+
+
+@dataclass(frozen=True)
+class UnixAddress:
+    """A ``unix:/path`` listen address."""
+
+    path: str
+
+
+_LISTEN_SHAPE = "host:port, [ipv6]:port or unix:/path"
+
+
+def parse_listen(value: str) -> TcpAddress | UnixAddress:
+    """Parse ``host:port``, ``[v6]:port`` or ``unix:/path``; ``ValueError`` when malformed."""
+    if value.startswith("unix:"):
+        sock = value.removeprefix("unix:")
+        if not sock or "\0" in sock:
+            raise ValueError(f"expected {_LISTEN_SHAPE}: the socket path is empty")
+        return UnixAddress(sock)
+    if value.startswith("["):
+        host, sep, rest = value[1:].partition("]")
+        if not sep or not rest.startswith(":"):
+            raise ValueError(f"expected {_LISTEN_SHAPE}")
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            raise ValueError(f"{host!r} is not an IPv6 address") from None
+        port_text = rest[1:]
+    else:
+        host, sep, port_text = value.rpartition(":")
+        if not sep or not host:
+            raise ValueError(f"expected {_LISTEN_SHAPE}")
+        if ":" in host:
+            raise ValueError("an IPv6 address must be written in brackets: [::1]:8765")
+        if any(ch.isspace() or ch in "/@[]" for ch in host):
+            raise ValueError(f"{host!r} is not a host name or address")
+    if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+        raise ValueError(f"port must be an integer 0-65535, got {port_text!r}")
+    return TcpAddress(host, int(port_text))
+
+
+def is_loopback(address: TcpAddress | UnixAddress) -> bool:
+    """Whether only this machine can reach ``address`` (a unix socket or a loopback host)."""
+    if isinstance(address, UnixAddress):
+        return True
+    if address.host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(address.host).is_loopback
+    except ValueError:
+        return False
+
+
+# --- validation -----------------------------------------------------------------------
+
+
+class _Invalid(Exception):
+    """A value failed a check; ``expected`` completes "expected ..."."""
+
+    def __init__(self, expected: str) -> None:
+        super().__init__(expected)
+        self.expected = expected
+
+
+_Check = Callable[[Any], Any]
+
+
+@dataclass(frozen=True)
+class _Key:
+    check: _Check  # a TOML value -> the validated Python value (raises _Invalid)
+    from_text: Callable[[str], Any]  # environment text -> a TOML-like value
+    secret: bool = False  # never echo the value in an error
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _int_key(minimum: int) -> _Key:
+    def check(value: Any) -> int:
+        if not _is_int(value) or value < minimum:
+            raise _Invalid(f"an integer ≥ {minimum}")
+        return int(value)
+
+    def from_text(text: str) -> object:
+        try:
+            return int(text.strip())
+        except ValueError:
+            return text
+
+    return _Key(check, from_text)
+
+
+def _number_key(minimum: float, *, strict: bool) -> _Key:
+    expected = f"a number {'>' if strict else '≥'} {minimum:g}"
+
+    def check(value: Any) -> float:
+        if not (_is_int(value) or isinstance(value, float)) or not math.isfinite(value):
+            raise _Invalid(expected)
+        if value < minimum or (strict and value == minimum):
+            raise _Invalid(expected)
+        return float(value)
+
+    def from_text(text: str) -> object:
+        try:
+            return float(text.strip())
+        except ValueError:
+            return text
+
+    return _Key(check, from_text)
+
+
+def _text_key(expected: str, test: Callable[[str], bool], *, secret: bool = False) -> _Key:
+    def check(value: Any) -> str:
+        if not isinstance(value, str) or not test(value):
+            raise _Invalid(expected)
+        return value
+
+    return _Key(check, lambda text: text, secret=secret)
+
+
+def _choice_key(choices: tuple[str, ...]) -> _Key:
+    def check(value: Any) -> str:
+        if not isinstance(value, str) or value.lower() not in choices:
+            raise _Invalid("one of " + ", ".join(choices))
+        return value.lower()
+
+    return _Key(check, lambda text: text.strip())
+
+
+def _status_list_check(value: Any) -> tuple[int, ...]:
+    expected = "a list of HTTP status codes 400-599"
+    if not isinstance(value, list) or not all(_is_int(v) and 400 <= v <= 599 for v in value):
+        raise _Invalid(expected)
+    return tuple(value)
+
+
+def _status_list_from_text(text: str) -> object:
+    # "502,503,504" (an empty string means the empty list: retry on no status)
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    try:
+        return [int(p) for p in parts]
+    except ValueError:
+        return text
+
+
+def _listen_check(value: Any) -> str:
+    if not isinstance(value, str):
+        raise _Invalid(_LISTEN_SHAPE)
+    try:
+        parse_listen(value)
+    except ValueError as exc:
+        raise _Invalid(str(exc).removeprefix("expected ")) from None
+    return value
+
+
+def _store_url_ok(url: str) -> bool:
+    if url.startswith("sqlite:///"):
+        return len(url) > len("sqlite:///")
+    return url.startswith(("postgresql://", "postgres://"))
+
+
+def _queue_url_ok(url: str) -> bool:
+    return url == "memory://" or url.startswith(("redis://", "rediss://", "unix://"))
+
+
+def _token_ok(token: str) -> bool:
+    # The token travels in an HTTP header: no whitespace or control characters.
+    return bool(token) and all(33 <= ord(ch) <= 126 for ch in token)
+
+
+_TOKEN = _text_key(
+    "a non-empty token of printable characters without spaces", _token_ok, secret=True
+)
+_NON_EMPTY = _text_key("a non-empty string", lambda s: bool(s.strip()))
+
+_SCHEMA: dict[str, dict[str, _Key]] = {
+    "store": {
+        "url": _text_key("a sqlite:///path or postgresql:// URL", _store_url_ok),
+        "statement_cache_size": _int_key(0),
+        "pool_min_size": _int_key(0),
+        "pool_max_size": _int_key(1),
+    },
+    "queue": {
+        "url": _text_key("memory:// or a redis://, rediss:// or unix:// URL", _queue_url_ok),
+        "prefix": _NON_EMPTY,
+    },
+    "api": {
+        "listen": _Key(_listen_check, lambda text: text),
+        "token": _TOKEN,
+        "token_file": _NON_EMPTY,
+        "max_body_bytes": _int_key(1),
+    },
+    "scheduler": {
+        "tick_seconds": _number_key(0, strict=True),
+        "stale_lock_seconds": _number_key(0, strict=True),
+    },
+    "workers": {
+        "concurrency": _int_key(1),
+        "index_timeout_seconds": _number_key(0, strict=True),
+        "lease_seconds": _number_key(0, strict=True),
+        "batch_size": _int_key(1),
+    },
+    "http": {
+        "timeout_read": _number_key(0, strict=True),
+        "timeout_connect": _number_key(0, strict=True),
+    },
+    "log": {"level": _choice_key(LOG_LEVELS), "format": _choice_key(LOG_FORMATS)},
+    "sync": {
+        "page_retries": _int_key(0),
+        "page_retry_backoff": _number_key(0, strict=False),
+        "throttle_seconds": _number_key(0, strict=False),
+        "retry_on_status": _Key(_status_list_check, _status_list_from_text),
+        "heartbeat_seconds": _number_key(0, strict=True),
+    },
+    "daemon": {"instance_id": _NON_EMPTY, "grace_seconds": _number_key(0, strict=False)},
+}
+
+# The transport resolves these itself, with warning-and-fallback semantics (DESIGN.md §6).
+_NO_ENV_OVERRIDE = frozenset({"http"})
+
+_URL_PASSWORD = re.compile(r"(://[^:/@\s]*:)[^@/\s]*@")
+
+
+def env_var(section: str, key: str) -> str:
+    """The environment variable that overrides ``[section] key``."""
+    return f"SYNCD_{section.upper()}_{key.upper()}"
+
+
+def _shown(value: object) -> str:
+    # Echo the rejected value, minus any URL password it carries.
+    return _URL_PASSWORD.sub(r"\1***@", repr(value))
+
+
+class _Builder:
+    """One validation pass: file values, then environment overrides, then cross-key rules."""
+
+    def __init__(self, data: Mapping[str, Any], environ: Mapping[str, str], path: Path | None):
+        self.data = data
+        self.environ = environ
+        self.path = path
+        self.values: dict[str, dict[str, Any]] = {s: {} for s in _SCHEMA}
+        self.origin: dict[tuple[str, str], str] = {}  # (section, key) -> name in errors
+        self.env_token: dict[str, Any] = {}
+
+    def build(self) -> Config:
+        self._read_file()
+        self._read_environ()
+        token = self._resolve_token()
+        self._check_pool()
+        api = dict(self.values["api"])
+        api.pop("token_file", None)
+        api["token"] = token
+        if token is None:
+            self._check_loopback(api.get("listen", ApiConfig.listen))
+        v = self.values
+        return Config(
+            store=StoreConfig(**v["store"]),
+            queue=QueueConfig(**v["queue"]),
+            api=ApiConfig(**api),
+            scheduler=SchedulerConfig(**v["scheduler"]),
+            workers=WorkersConfig(**v["workers"]),
+            http=HttpConfig(**v["http"]),
+            log=LogConfig(**v["log"]),
+            sync=SyncConfig(**v["sync"]),
+            daemon=DaemonConfig(**v["daemon"]),
+            path=self.path,
+        )
+
+    def _read_file(self) -> None:
+        if not isinstance(self.data, Mapping):
+            raise ConfigError("<root>", "expected a table of sections")
+        for section, table in self.data.items():
+            schema = _SCHEMA.get(section)
+            if schema is None:
+                known = ", ".join(sorted(_SCHEMA))
+                raise ConfigError(section, f"unknown section (expected one of: {known})")
+            if not isinstance(table, Mapping):
+                raise ConfigError(section, f"expected a table [{section}], got {_shown(table)}")
+            for key, raw in table.items():
+                name = f"{section}.{key}"
+                spec = schema.get(key)
+                if spec is None:
+                    known = ", ".join(schema)
+                    raise ConfigError(name, f"unknown key (expected one of: {known})")
+                self.values[section][key] = _validate(name, spec, raw)
+                self.origin[(section, key)] = name
+
+    def _read_environ(self) -> None:
+        for section, schema in _SCHEMA.items():
+            if section in _NO_ENV_OVERRIDE:
+                continue
+            for key, spec in schema.items():
+                var = env_var(section, key)
+                text = self.environ.get(var)
+                if text is None:
+                    continue
+                value = _validate(var, spec, spec.from_text(text), shown=text)
+                if (section, key) in (("api", "token"), ("api", "token_file")):
+                    self.env_token[key] = value  # resolved as a pair in _resolve_token
+                    continue
+                self.values[section][key] = value
+                self.origin[(section, key)] = var
+
+    def _resolve_token(self) -> str | None:
+        api = self.values["api"]
+        if "token" in api and "token_file" in api:
+            raise ConfigError("api.token_file", "cannot be combined with api.token")
+        if "token" in self.env_token and "token_file" in self.env_token:
+            raise ConfigError("SYNCD_API_TOKEN_FILE", "cannot be combined with SYNCD_API_TOKEN")
+        if self.env_token:
+            # The environment overrides the file's token, whichever form either one uses.
+            if "token" in self.env_token:
+                return str(self.env_token["token"])
+            return _read_token_file("SYNCD_API_TOKEN_FILE", Path(self.env_token["token_file"]))
+        if "token_file" in api:
+            file = Path(api["token_file"]).expanduser()
+            if not file.is_absolute() and self.path is not None:
+                file = self.path.parent / file  # relative to the config file, not the cwd
+            return _read_token_file("api.token_file", file)
+        token = api.get("token")
+        return None if token is None else str(token)
+
+    def _check_pool(self) -> None:
+        store = self.values["store"]
+        low = store.get("pool_min_size", StoreConfig.pool_min_size)
+        high = store.get("pool_max_size", StoreConfig.pool_max_size)
+        if low > high:
+            key = "pool_min_size" if ("store", "pool_min_size") in self.origin else "pool_max_size"
+            raise ConfigError(
+                self.origin[("store", key)],
+                f"store.pool_min_size ({low}) must not exceed store.pool_max_size ({high})",
+            )
+
+    def _check_loopback(self, listen: str) -> None:
+        if not is_loopback(parse_listen(listen)):
+            raise ConfigError(
+                self.origin.get(("api", "listen"), "api.listen"),
+                f"{listen!r} is not a loopback address or unix socket: set api.token, "
+                "api.token_file or SYNCD_API_TOKEN to listen on it",
+            )
+
+
+def _validate(name: str, spec: _Key, value: Any, *, shown: object | None = None) -> Any:
+    try:
+        return spec.check(value)
+    except _Invalid as exc:
+        if spec.secret:
+            raise ConfigError(name, f"expected {exc.expected}") from None
+        got = _shown(value if shown is None else shown)
+        raise ConfigError(name, f"expected {exc.expected}, got {got}") from None
+
+
+def _read_token_file(name: str, file: Path) -> str:
+    try:
+        token = file.read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise ConfigError(name, f"cannot read {str(file)!r}: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(name, f"{str(file)!r} is not a UTF-8 text file") from exc
+    if not token:
+        raise ConfigError(name, f"{str(file)!r} is empty")
+    if not _token_ok(token):
+        raise ConfigError(name, f"{str(file)!r} must hold one token without spaces")
+    return token
