@@ -15,7 +15,7 @@ import asyncio
 import base64
 import binascii
 import socket
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from types import TracebackType
 from typing import Any
@@ -89,6 +89,9 @@ class Daemon:
         self._tasks: dict[str, asyncio.Task[Any]] = {}
         self._cascades: dict[str, asyncio.Task[None]] = {}
         self._started = False
+        # Notified whenever documents change state here, so that callers (tests, the
+        # benchmark, embedding apps) can wait for a condition instead of polling.
+        self._changed = asyncio.Condition()
         self.api_runner: Any = None
         self.store: Store
         self.queue: WorkQueue
@@ -212,6 +215,7 @@ class Daemon:
             batch_size=cfg.workers.batch_size,
             index_timeout=cfg.workers.index_timeout_seconds,
             lease_seconds=cfg.workers.lease_seconds,
+            on_change=self._notify_changed,
         )
         self.scheduler = Scheduler(
             store=self.store,
@@ -469,7 +473,25 @@ class Daemon:
             # The run's heartbeat poll sees the cleared run id within a second anyway.
             log.warning("abort broadcast failed", connector_id=connector_id, error=str(exc))
         self.metrics.runs.labels(trigger="manual", outcome="aborted").inc()
+        await self._notify_changed()
         return run_id
+
+    async def _notify_changed(self) -> None:
+        async with self._changed:
+            self._changed.notify_all()
+
+    async def wait_documents(
+        self,
+        connector_id: str,
+        predicate: Callable[[dict[DocStatus, int]], bool],
+        timeout: float = 30.0,
+    ) -> dict[DocStatus, int]:
+        """Wait until the connector's document counts satisfy ``predicate`` (changes made
+        by this instance's workers, aborts and re-queues wake the check)."""
+        async with asyncio.timeout(timeout), self._changed:
+            while not predicate(counts := await self.document_counts(connector_id)):
+                await self._changed.wait()
+        return counts
 
     async def wait_run(self, connector_id: str) -> None:
         """Wait until this instance's run of the connector (if any) has ended."""
@@ -518,6 +540,7 @@ class Daemon:
         ids = await self.store.requeue_documents(connector_id, now=utcnow())
         if ids:
             await self.queue.push(connector_id, ids)
+        await self._notify_changed()
         return len(ids)
 
     async def document_counts(self, connector_id: str) -> dict[DocStatus, int]:

@@ -162,21 +162,30 @@ class SyncEngine:
         if requeued:
             await self._queue.push(cid, requeued)
         resuming = connector.resume_cursor is not None
-        source = self._build_source(connector, resuming)
+        log.info("sync started", resuming=resuming)
+        if resuming:
+            try:
+                await self._paginate(connector, handle, connector.resume_cursor)
+                return
+            except _CursorRejected as exc:
+                log.warning("source rejected the resume cursor; starting over", status=exc.status)
+        await self._paginate(connector, handle, None)
+
+    async def _paginate(self, connector: Connector, handle: _Handle, start: str | None) -> None:
+        cid, run_id = connector.id, handle.run_id
+        source = self._build_source(connector, resuming=start is not None)
         id_field = str(connector.source.get("id_field", "id"))
-        fetch = _resumable(source, connector.resume_cursor)
         pages = AsyncCursorPaginator(
-            fetch,
+            _guard_resume(source, start),
             max_retries=connector.page_retries,
             backoff_factor=connector.page_retry_backoff,
             retry_on_status=tuple(connector.retry_on_status),
             throttle_seconds=connector.throttle_seconds,
             cancel_token=handle.token,
-            start_cursor=connector.resume_cursor,
+            start_cursor=start,
             on_wait=lambda reason, seconds: self._on_wait(handle, reason, seconds),
             on_retry=lambda exc, attempt: self._metrics.page_retries.inc(),
         )
-        log.info("sync started", resuming=resuming)
         async for page in pages:
             handle.waiting = None
             self._metrics.pages.inc()
@@ -250,19 +259,27 @@ class SyncEngine:
         log.info("sync ended", outcome=outcome)
 
 
-def _resumable(source: Source, resume_cursor: str | None) -> Callable[[str | None], Any]:
-    """``fetch_page`` that starts over when the source rejects the resume cursor (a 4xx)."""
-    state = {"first": True}
+class _CursorRejected(SyncdError):
+    """The source answered the resume cursor with a 4xx: the crawl starts over."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__(f"resume cursor rejected with HTTP {status}")
+        self.status = status
+
+
+def _guard_resume(source: Source, resume_cursor: str | None) -> Callable[[str | None], Any]:
+    """``fetch_page`` that turns a 4xx answer to the resume cursor into ``_CursorRejected``."""
+    first = True
 
     async def fetch(cursor: str | None) -> Page:
-        first, state["first"] = state["first"], False
-        if first and resume_cursor is not None and cursor == resume_cursor:
-            try:
-                return await source.fetch_page(cursor)
-            except ClientError as exc:
-                log.warning("source rejected the resume cursor; starting over", status=exc.status)
-                return await source.fetch_page(None)
-        return await source.fetch_page(cursor)
+        nonlocal first
+        was_first, first = first, False
+        if not (was_first and resume_cursor is not None):
+            return await source.fetch_page(cursor)
+        try:
+            return await source.fetch_page(cursor)
+        except ClientError as exc:
+            raise _CursorRejected(exc.status) from exc
 
     return fetch
 

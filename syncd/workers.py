@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
 import structlog
@@ -45,6 +45,7 @@ class Workers:
         index_timeout: float = 30.0,
         lease_seconds: float = 300.0,
         poll_timeout: float = 1.0,
+        on_change: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self._store = store
         self._queue = queue
@@ -55,6 +56,7 @@ class Workers:
         self._index_timeout = index_timeout
         self._lease_seconds = lease_seconds
         self._poll_timeout = poll_timeout
+        self._on_change = on_change
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = asyncio.Event()
         # connector id -> indexing tasks running now, so an abort can cancel them.
@@ -159,6 +161,8 @@ class Workers:
             return
         results = task.result()
         await self._store.finish_documents(cid, token, results, now=utcnow())
+        if self._on_change is not None:
+            await self._on_change()
 
     async def _index_all(
         self, indexer: Indexer, docs: list[Document]
