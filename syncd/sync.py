@@ -84,6 +84,10 @@ class SyncEngine:
         """Start the run just claimed for ``connector`` (its ``run_id`` is set)."""
         assert connector.run_id is not None
         handle = _Handle(connector.id, connector.run_id, CancelToken(), trigger=trigger)
+        previous = self._runs.get(connector.id)
+        if previous is not None:
+            # Taken over (stale lock): the old run's writes are fenced already; stop it too.
+            previous.token.cancel()
         self._runs[connector.id] = handle
         handle.task = asyncio.create_task(
             self._run(connector, handle), name=f"sync:{connector.id}:{connector.run_id}"
@@ -151,7 +155,8 @@ class SyncEngine:
             heartbeat.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await heartbeat
-            self._runs.pop(cid, None)
+            if self._runs.get(cid) is handle:
+                del self._runs[cid]
             handle.done.set()
             structlog.contextvars.unbind_contextvars("connector_id", "run_id")
 

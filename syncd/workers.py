@@ -15,6 +15,7 @@ import contextlib
 import time
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
+from typing import Any
 
 import structlog
 
@@ -61,8 +62,7 @@ class Workers:
         self._stopping = asyncio.Event()
         # connector id -> indexing tasks running now, so an abort can cancel them.
         self._active: dict[str, set[asyncio.Task[list[tuple[str, DocStatus, str | None]]]]] = {}
-        self._idle = asyncio.Event()
-        self._idle.set()
+        self._waiting: set[asyncio.Task[Any]] = set()
 
     def start(self) -> None:
         """Start the workers and the sweeper."""
@@ -89,6 +89,9 @@ class Workers:
         self._stopping.set()
         if not self._tasks:
             return
+        # Workers waiting for work hold nothing: stop them now rather than after their poll.
+        for t in self._waiting:
+            t.cancel()
         _, pending = await asyncio.wait(self._tasks, timeout=grace)
         for t in pending:
             t.cancel()
@@ -99,13 +102,18 @@ class Workers:
     # --- loops ------------------------------------------------------------------------
 
     async def _worker(self) -> None:
+        me = asyncio.current_task()
+        assert me is not None
         while not self._stopping.is_set():
+            self._waiting.add(me)
             try:
                 batch = await self._queue.pop(self._batch_size, self._poll_timeout)
             except SyncdError as exc:
                 log.warning("queue unavailable", error=str(exc))
                 await self._pause()
                 continue
+            finally:
+                self._waiting.discard(me)
             if batch is None:
                 continue
             try:
