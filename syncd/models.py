@@ -7,7 +7,6 @@ which the store writes back atomically. Timestamps are timezone-aware UTC dateti
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import time
 from collections.abc import Mapping, Sequence
@@ -15,6 +14,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
+
+import orjson
 
 from syncd.errors import SourceError
 
@@ -185,11 +186,16 @@ class Run:
 
 @dataclass(frozen=True)
 class DocumentInput:
-    """A document produced by a crawl, before it reaches the store."""
+    """A document produced by a crawl, before it reaches the store.
+
+    ``payload_json`` is the payload's canonical JSON text, computed once for the hash and
+    reused by the store so that a page is serialised exactly once.
+    """
 
     external_id: str
     payload: Any
     content_hash: str
+    payload_json: str | None = None
 
 
 @dataclass(frozen=True)
@@ -223,22 +229,37 @@ def new_id() -> str:
     return f"{time.time_ns() // 1_000_000:012x}{os.urandom(7).hex()}"
 
 
+_JSON_OPTIONS = orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS
+
+
+def _default(value: Any) -> str:
+    return str(value)
+
+
+def canonical_json(payload: Any) -> bytes:
+    """The payload as compact JSON with sorted keys (values JSON cannot represent are
+    written as strings)."""
+    return orjson.dumps(payload, option=_JSON_OPTIONS, default=_default)
+
+
 def content_hash(payload: Any) -> str:
     """A stable hash of a JSON-serialisable payload (key order does not matter)."""
-    blob = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()
+    return hashlib.sha256(canonical_json(payload)).hexdigest()
 
 
 def document_inputs(
     records: Sequence[Mapping[str, Any]], id_field: str = "id"
 ) -> list[DocumentInput]:
     """Turn records into documents keyed by ``id_field`` (dotted path allowed)."""
+    path = id_field.split(".")
+    sha256 = hashlib.sha256
     out: list[DocumentInput] = []
     for rec in records:
         value: Any = rec
-        for part in id_field.split("."):
+        for part in path:
             if not isinstance(value, Mapping) or part not in value:
                 raise SourceError(f"record has no id field {id_field!r}")
             value = value[part]
-        out.append(DocumentInput(str(value), rec, content_hash(rec)))
+        blob = canonical_json(rec)
+        out.append(DocumentInput(str(value), rec, sha256(blob).hexdigest(), blob.decode()))
     return out
