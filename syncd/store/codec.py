@@ -1,0 +1,353 @@
+"""Row <-> record conversions shared by the store backends (no SQL, no driver).
+
+Column names are the same in every backend; how a value is represented (ISO text or a native
+timestamp, JSON text or a native JSON column) differs, so the converters for datetimes and
+JSON are parameters. The defaults are the text forms the SQLite store uses; a backend whose
+driver returns native values passes :func:`identity`.
+
+:func:`plan_page` is the one decision of ``commit_page`` that does not depend on the dialect:
+which documents of a crawled page are written and enqueued.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+import orjson
+
+from syncd.models import (
+    ABORTED_ERROR,
+    Connector,
+    ConnectorStatus,
+    DocStatus,
+    Document,
+    DocumentInput,
+    Progress,
+    Run,
+    RunOutcome,
+    RunTrigger,
+    SyncStatus,
+    Waiting,
+    WaitReason,
+)
+
+__all__ = [
+    "CONNECTOR_COLUMNS",
+    "DOCUMENT_COLUMNS",
+    "RUN_COLUMNS",
+    "ExistingDocument",
+    "Row",
+    "connector_from_row",
+    "connector_to_row",
+    "decode_dt",
+    "document_from_row",
+    "dump_json",
+    "encode_dt",
+    "identity",
+    "load_json",
+    "plan_page",
+    "run_from_row",
+    "waiting_from_columns",
+]
+
+
+class Row(Protocol):
+    """Anything indexable by column name (``sqlite3.Row``, ``asyncpg.Record``, a dict)."""
+
+    def __getitem__(self, key: str, /) -> Any: ...
+
+
+Encoder = Callable[[Any], Any]
+
+# Fixed width (microseconds always present, "Z" suffix) so that text comparison in SQL is
+# chronological comparison.
+_DT_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
+
+
+def identity(value: Any) -> Any:
+    """Pass a value through unchanged (for drivers that speak native types)."""
+    return value
+
+
+def encode_dt(value: datetime | None) -> str | None:
+    """An aware datetime as fixed-width, sortable ISO-8601 UTC text."""
+    if value is None:
+        return None
+    if value.tzinfo is None:
+        raise ValueError(f"naive datetime {value!r}: syncd stores aware UTC datetimes only")
+    return value.astimezone(UTC).strftime(_DT_FORMAT)
+
+
+def decode_dt(value: str | datetime | None) -> datetime | None:
+    """Text written by :func:`encode_dt` (or a datetime) as an aware UTC datetime."""
+    if value is None:
+        return None
+    dt = value if isinstance(value, datetime) else datetime.fromisoformat(value)
+    if dt.tzinfo is None:
+        return dt.replace(tzinfo=UTC)
+    return dt.astimezone(UTC)
+
+
+# One encoder for every call: ``json.dumps`` with options builds a new encoder each time,
+# which is measurable when a page of documents is written.
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def dump_json(value: Any) -> str:
+    """Compact JSON text. Values JSON cannot represent are written as strings, the same
+    rule :func:`syncd.models.content_hash` uses."""
+    return _ENCODER.encode(value)
+
+
+def load_json(value: str | bytes | None) -> Any:
+    """Parse JSON text (``None`` stays ``None``)."""
+    if value is None:
+        return None
+    return orjson.loads(value)
+
+
+def payload_text(document: DocumentInput) -> str:
+    """A document's payload as JSON text: the crawl's canonical text when it has one."""
+    if document.payload_json is not None:
+        return document.payload_json
+    return dump_json(document.payload)
+
+
+# --- connectors -------------------------------------------------------------------------
+
+CONNECTOR_COLUMNS: tuple[str, ...] = (
+    "id",
+    "name",
+    "source",
+    "indexer",
+    "created_at",
+    "updated_at",
+    "sync_schedule",
+    "sync_timezone",
+    "page_retries",
+    "page_retry_backoff",
+    "throttle_seconds",
+    "retry_on_status",
+    "status",
+    "sync_status",
+    "last_error",
+    "run_id",
+    "sync_started_at",
+    "last_synced_at",
+    "next_run_at",
+    "sync_owner",
+    "sync_heartbeat_at",
+    "progress_pages",
+    "progress_documents",
+    "waiting_reason",
+    "waiting_until",
+    "resume_cursor",
+    "source_state",
+)
+"""Every column of the connectors table, in the order :func:`connector_to_row` yields them."""
+
+
+def connector_to_row(
+    c: Connector, *, dt: Encoder = encode_dt, js: Encoder = dump_json
+) -> dict[str, Any]:
+    """The connector's column values (keys in :data:`CONNECTOR_COLUMNS` order)."""
+    waiting = c.waiting
+    return {
+        "id": c.id,
+        "name": c.name,
+        "source": js(dict(c.source)),
+        "indexer": js(dict(c.indexer)),
+        "created_at": dt(c.created_at),
+        "updated_at": dt(c.updated_at),
+        "sync_schedule": c.sync_schedule,
+        "sync_timezone": c.sync_timezone,
+        "page_retries": c.page_retries,
+        "page_retry_backoff": c.page_retry_backoff,
+        "throttle_seconds": c.throttle_seconds,
+        "retry_on_status": js(list(c.retry_on_status)),
+        "status": c.status.value,
+        "sync_status": c.sync_status.value,
+        "last_error": c.last_error,
+        "run_id": c.run_id,
+        "sync_started_at": dt(c.sync_started_at),
+        "last_synced_at": dt(c.last_synced_at),
+        "next_run_at": dt(c.next_run_at),
+        "sync_owner": c.sync_owner,
+        "sync_heartbeat_at": dt(c.sync_heartbeat_at),
+        "progress_pages": c.progress.pages,
+        "progress_documents": c.progress.documents,
+        "waiting_reason": waiting.reason.value if waiting else None,
+        "waiting_until": dt(waiting.until) if waiting else None,
+        "resume_cursor": c.resume_cursor,
+        "source_state": js(dict(c.source_state)),
+    }
+
+
+def waiting_from_columns(reason: str | None, until: datetime | None) -> Waiting | None:
+    """The ``waiting`` value kept as two columns (both null when not waiting)."""
+    if reason is None or until is None:
+        return None
+    return Waiting(WaitReason(reason), until)
+
+
+def connector_from_row(
+    row: Row,
+    *,
+    dt: Callable[[Any], datetime | None] = decode_dt,
+    js: Callable[[Any], Any] = load_json,
+) -> Connector:
+    """Build a :class:`Connector` from a row holding :data:`CONNECTOR_COLUMNS`."""
+    created_at = dt(row["created_at"])
+    updated_at = dt(row["updated_at"])
+    assert created_at is not None and updated_at is not None  # NOT NULL columns
+    return Connector(
+        id=row["id"],
+        name=row["name"],
+        source=js(row["source"]),
+        indexer=js(row["indexer"]),
+        created_at=created_at,
+        updated_at=updated_at,
+        sync_schedule=row["sync_schedule"],
+        sync_timezone=row["sync_timezone"],
+        page_retries=int(row["page_retries"]),
+        page_retry_backoff=float(row["page_retry_backoff"]),
+        throttle_seconds=float(row["throttle_seconds"]),
+        retry_on_status=tuple(int(s) for s in js(row["retry_on_status"])),
+        status=ConnectorStatus(row["status"]),
+        sync_status=SyncStatus(row["sync_status"]),
+        last_error=row["last_error"],
+        run_id=row["run_id"],
+        sync_started_at=dt(row["sync_started_at"]),
+        last_synced_at=dt(row["last_synced_at"]),
+        next_run_at=dt(row["next_run_at"]),
+        sync_owner=row["sync_owner"],
+        sync_heartbeat_at=dt(row["sync_heartbeat_at"]),
+        progress=Progress(int(row["progress_pages"]), int(row["progress_documents"])),
+        waiting=waiting_from_columns(row["waiting_reason"], dt(row["waiting_until"])),
+        resume_cursor=row["resume_cursor"],
+        source_state=js(row["source_state"]),
+    )
+
+
+# --- runs -------------------------------------------------------------------------------
+
+RUN_COLUMNS: tuple[str, ...] = (
+    "id",
+    "connector_id",
+    "trigger",
+    "outcome",
+    "started_at",
+    "finished_at",
+    "pages",
+    "documents_seen",
+    "documents_enqueued",
+    "error",
+    "owner",
+)
+"""Every column of the runs table."""
+
+
+def run_from_row(row: Row, *, dt: Callable[[Any], datetime | None] = decode_dt) -> Run:
+    """Build a :class:`Run` from a row holding :data:`RUN_COLUMNS`."""
+    started_at = dt(row["started_at"])
+    assert started_at is not None  # NOT NULL column
+    return Run(
+        id=row["id"],
+        connector_id=row["connector_id"],
+        trigger=RunTrigger(row["trigger"]),
+        outcome=RunOutcome(row["outcome"]),
+        started_at=started_at,
+        finished_at=dt(row["finished_at"]),
+        pages=int(row["pages"]),
+        documents_seen=int(row["documents_seen"]),
+        documents_enqueued=int(row["documents_enqueued"]),
+        error=row["error"],
+        owner=row["owner"],
+    )
+
+
+# --- documents --------------------------------------------------------------------------
+
+DOCUMENT_COLUMNS: tuple[str, ...] = (
+    "connector_id",
+    "external_id",
+    "status",
+    "content_hash",
+    "created_at",
+    "updated_at",
+    "error",
+    "attempts",
+    "indexed_at",
+    "lease_token",
+    "lease_until",
+)
+"""The columns of a document without its payload (listings never read the payload)."""
+
+
+def document_from_row(
+    row: Row,
+    *,
+    with_payload: bool = False,
+    dt: Callable[[Any], datetime | None] = decode_dt,
+    js: Callable[[Any], Any] = load_json,
+) -> Document:
+    """Build a :class:`Document` from a row holding :data:`DOCUMENT_COLUMNS` (and
+    ``payload`` when ``with_payload``)."""
+    created_at = dt(row["created_at"])
+    updated_at = dt(row["updated_at"])
+    assert created_at is not None and updated_at is not None  # NOT NULL columns
+    return Document(
+        connector_id=row["connector_id"],
+        external_id=row["external_id"],
+        status=DocStatus(row["status"]),
+        content_hash=row["content_hash"],
+        created_at=created_at,
+        updated_at=updated_at,
+        error=row["error"],
+        attempts=int(row["attempts"]),
+        indexed_at=dt(row["indexed_at"]),
+        payload=js(row["payload"]) if with_payload else None,
+        lease_token=row["lease_token"],
+        lease_until=dt(row["lease_until"]),
+    )
+
+
+# --- commit_page ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ExistingDocument:
+    """What ``commit_page`` needs to know about a stored document."""
+
+    content_hash: str
+    status: DocStatus
+    error: str | None
+
+
+def plan_page(
+    documents: Sequence[DocumentInput], existing: Mapping[str, ExistingDocument]
+) -> list[DocumentInput]:
+    """The documents of a page that must be written as ``pending`` and enqueued.
+
+    Duplicate external ids within the page: the last one wins (its position is the first
+    occurrence's). A document is written when it is new, when its content hash changed, or
+    when it is ``failed`` with error ``Aborted``; every other stored document is left as it
+    is. ``existing`` maps the external ids of the page that are already stored.
+    """
+    latest: dict[str, DocumentInput] = {}
+    for doc in documents:
+        latest[doc.external_id] = doc
+    out: list[DocumentInput] = []
+    for external_id, doc in latest.items():
+        old = existing.get(external_id)
+        if (
+            old is None
+            or old.content_hash != doc.content_hash
+            or (old.status is DocStatus.FAILED and old.error == ABORTED_ERROR)
+        ):
+            out.append(doc)
+    return out
