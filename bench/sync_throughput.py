@@ -31,6 +31,7 @@ from sourceserver import SourceProcess
 
 from syncd.config import Config
 from syncd.daemon import Daemon
+from syncd.logs import configure_logging
 from syncd.models import DocStatus
 
 
@@ -130,6 +131,7 @@ async def main() -> None:
     parser.add_argument("--page-size", type=int, default=500)
     parser.add_argument("--aborts", type=int, default=50)
     args = parser.parse_args()
+    configure_logging("warning", "console")
 
     with SourceProcess(args.records, args.page_size) as source, tempfile.TemporaryDirectory() as d:
         tmp = Path(d)

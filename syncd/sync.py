@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -150,7 +150,7 @@ class SyncEngine:
                 log.error("sync failed", error=str(exc), exc_type=type(exc).__name__)
                 await self._end(handle, "failed", _describe(exc))
         else:
-            await self._end(handle, "interrupted" if handle.stopping else "succeeded")
+            await self._end(handle, "succeeded")
         finally:
             heartbeat.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -191,7 +191,7 @@ class SyncEngine:
             on_wait=lambda reason, seconds: self._on_wait(handle, reason, seconds),
             on_retry=lambda exc, attempt: self._metrics.page_retries.inc(),
         )
-        async for page in pages:
+        async for page in _read_ahead(pages, name=f"fetch:{cid}"):
             handle.waiting = None
             self._metrics.pages.inc()
             docs = document_inputs(page.records, id_field)
@@ -201,8 +201,8 @@ class SyncEngine:
             )
             if ids:
                 await self._queue.push(cid, ids)
-            if handle.stopping:
-                return
+            # On a graceful stop the token is set: the next fetch raises Aborted, but pages
+            # already fetched are still committed first, so the run resumes after them.
 
     def _build_source(self, connector: Connector, resuming: bool) -> Source:
         kind = str(connector.source.get("type", "http"))
@@ -262,6 +262,44 @@ class SyncEngine:
             return
         self._metrics.runs.labels(trigger=handle.trigger, outcome=outcome).inc()
         log.info("sync ended", outcome=outcome)
+
+
+_END = object()
+
+
+async def _read_ahead(pages: AsyncIterator[Page], *, name: str) -> AsyncIterator[Page]:
+    """Yield ``pages`` while the next one is already being fetched.
+
+    The paginator's own rules still decide every request (cancel token checked before each,
+    throttle between pages); this only lets the request for page N+1 overlap the commit of
+    page N. At most one page waits here uncommitted; an abort or a stop discards it, and the
+    next run resumes from the last committed cursor.
+    """
+    ready: asyncio.Queue[object] = asyncio.Queue(maxsize=1)
+
+    async def reader() -> None:
+        try:
+            async for page in pages:
+                await ready.put(page)
+        except Exception as exc:
+            await ready.put(exc)
+        else:
+            await ready.put(_END)
+
+    task = asyncio.create_task(reader(), name=name)
+    try:
+        while True:
+            item = await ready.get()
+            if item is _END:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            assert isinstance(item, Page)
+            yield item
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 class _CursorRejected(SyncdError):
