@@ -472,7 +472,9 @@ class Daemon:
         except SyncdError as exc:
             # The run's heartbeat poll sees the cleared run id within a second anyway.
             log.warning("abort broadcast failed", connector_id=connector_id, error=str(exc))
-        self.metrics.runs.labels(trigger="manual", outcome="aborted").inc()
+        run = await self.store.get_run(run_id) if run_id else None
+        trigger = str(run.trigger) if run is not None else "manual"
+        self.metrics.runs.labels(trigger=trigger, outcome="aborted").inc()
         await self._notify_changed()
         return run_id
 
