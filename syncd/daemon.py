@@ -62,9 +62,13 @@ def decode_cursor(cursor: str | None) -> str | None:
     if cursor is None:
         return None
     try:
-        return base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        padded = (cursor + "=" * (-len(cursor) % 4)).encode()
+        value = base64.b64decode(padded, altchars=b"-_", validate=True).decode()
     except (binascii.Error, UnicodeDecodeError, ValueError):
-        raise ValidationError({"cursor": "invalid cursor"}) from None
+        raise ValidationError({"cursor": "Invalid cursor"}) from None
+    if not value:
+        raise ValidationError({"cursor": "Invalid cursor"})
+    return value
 
 
 class Daemon:

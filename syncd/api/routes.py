@@ -1,0 +1,376 @@
+"""Handlers of the control API and the one table that lists them (DESIGN.md §3).
+
+Handlers are thin: parse the request, call one daemon operation, map the result to a status
+code and a body. Errors the daemon raises (``NotFound``, ``Conflict``, ...) are turned into
+responses by the application's error middleware.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from aiohttp import web
+
+from syncd.api import views
+from syncd.api.openapi import Reply, Route
+from syncd.errors import ValidationError
+from syncd.models import Connector, ConnectorStatus, DocStatus
+from syncd.spec import MSG_NOT_OBJECT
+
+if TYPE_CHECKING:
+    from syncd.daemon import Daemon
+
+DAEMON: web.AppKey[Daemon] = web.AppKey("syncd.daemon")
+OPENAPI: web.AppKey[dict[str, Any]] = web.AppKey("syncd.openapi")
+
+LIMIT_DEFAULT = 100
+LIMIT_MAX = 1000
+CURSOR_MAX_LENGTH = 1024
+
+_E = TypeVar("_E", bound=StrEnum)
+_T = TypeVar("_T")
+
+
+# --- request parsing ------------------------------------------------------------------
+
+
+def _daemon(request: web.Request) -> Daemon:
+    return request.app[DAEMON]
+
+
+def _id(request: web.Request) -> str:
+    return request.match_info["id"]
+
+
+async def _json_object(request: web.Request) -> dict[str, Any]:
+    """The body as a JSON object; 422 when it is not JSON or not an object.
+
+    Reading past the application's ``client_max_size`` raises 413 (aiohttp).
+    """
+    raw = await request.read()
+    try:
+        body = json.loads(raw, parse_constant=_reject_constant)
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, NaN/Infinity
+        raise ValidationError({"body": f"Invalid JSON: {exc}"}) from None
+    if not isinstance(body, dict):
+        raise ValidationError({"body": MSG_NOT_OBJECT})
+    return body
+
+
+def _reject_constant(name: str) -> Any:
+    # NaN and Infinity are not JSON; Python's parser accepts them unless told not to.
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _limit(request: web.Request) -> int:
+    raw = request.query.get("limit")
+    if raw is None:
+        return LIMIT_DEFAULT
+    if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= LIMIT_MAX:
+        raise ValidationError({"query.limit": f"Must be an integer between 1 and {LIMIT_MAX}"})
+    return int(raw)
+
+
+def _status(request: web.Request, enum: type[_E]) -> _E | None:
+    raw = request.query.get("status")
+    if raw is None:
+        return None
+    try:
+        return enum(raw)
+    except ValueError:
+        allowed = ", ".join(member.value for member in enum)
+        raise ValidationError({"query.status": f"Must be one of: {allowed}"}) from None
+
+
+def _cursor(request: web.Request) -> str | None:
+    raw = request.query.get("cursor")
+    if raw is None:
+        return None
+    if not raw or len(raw) > CURSOR_MAX_LENGTH or not raw.isprintable():
+        raise ValidationError({"query.cursor": "Invalid cursor"})
+    return raw
+
+
+async def _listing(call: Awaitable[_T]) -> _T:
+    """Await a list operation; a validation error it raises (a cursor the daemon cannot
+    decode) concerns the query string."""
+    try:
+        return await call
+    except ValidationError as exc:
+        raise ValidationError(
+            {k if k.startswith("query.") else f"query.{k}": v for k, v in exc.errors.items()}
+        ) from None
+
+
+async def _connector_body(request: web.Request, connector: Connector) -> dict[str, Any]:
+    counts = await _daemon(request).document_counts(connector.id)
+    return views.connector_json(connector, counts)
+
+
+# --- connectors -----------------------------------------------------------------------
+
+
+async def create_connector(request: web.Request) -> web.Response:
+    """``POST /connectors``."""
+    body = await _json_object(request)
+    connector = await _daemon(request).create_connector(body)
+    # A new connector has no documents: no need to count them.
+    return web.json_response(views.connector_json(connector, {}), status=201)
+
+
+async def list_connectors(request: web.Request) -> web.Response:
+    """``GET /connectors``."""
+    status, limit, cursor = _status(request, ConnectorStatus), _limit(request), _cursor(request)
+    daemon = _daemon(request)
+    connectors, next_cursor = await _listing(
+        daemon.list_connectors(status=status, limit=limit, cursor=cursor)
+    )
+    data = [await _connector_body(request, c) for c in connectors]
+    return web.json_response({"data": data, "next_cursor": next_cursor})
+
+
+async def get_connector(request: web.Request) -> web.Response:
+    """``GET /connectors/{id}``."""
+    connector = await _daemon(request).get_connector(_id(request))
+    return web.json_response(await _connector_body(request, connector))
+
+
+async def update_connector(request: web.Request) -> web.Response:
+    """``PATCH /connectors/{id}``."""
+    body = await _json_object(request)
+    connector = await _daemon(request).update_connector(_id(request), body)
+    return web.json_response(await _connector_body(request, connector))
+
+
+async def delete_connector(request: web.Request) -> web.Response:
+    """``DELETE /connectors/{id}``."""
+    connector_id = _id(request)
+    await _daemon(request).delete_connector(connector_id)
+    return web.json_response({"connector_id": connector_id, "status": "deleting"}, status=202)
+
+
+async def trigger_sync(request: web.Request) -> web.Response:
+    """``POST /connectors/{id}/sync``."""
+    connector_id = _id(request)
+    run_id = await _daemon(request).trigger_sync(connector_id)
+    return web.json_response(
+        {"connector_id": connector_id, "run_id": run_id, "sync_status": "running"}, status=202
+    )
+
+
+async def abort_sync(request: web.Request) -> web.Response:
+    """``POST /connectors/{id}/sync/abort``."""
+    connector_id = _id(request)
+    run_id = await _daemon(request).abort_sync(connector_id)
+    return web.json_response(
+        {"connector_id": connector_id, "run_id": run_id, "status": "abort_requested"}, status=202
+    )
+
+
+# --- runs and documents ---------------------------------------------------------------
+
+
+async def list_runs(request: web.Request) -> web.Response:
+    """``GET /connectors/{id}/runs``."""
+    limit, cursor = _limit(request), _cursor(request)
+    runs, next_cursor = await _listing(
+        _daemon(request).list_runs(_id(request), limit=limit, cursor=cursor)
+    )
+    return web.json_response(
+        {"data": [views.run_json(r) for r in runs], "next_cursor": next_cursor}
+    )
+
+
+async def list_documents(request: web.Request) -> web.Response:
+    """``GET /connectors/{id}/documents``."""
+    status, limit, cursor = _status(request, DocStatus), _limit(request), _cursor(request)
+    documents, next_cursor = await _listing(
+        _daemon(request).list_documents(_id(request), status=status, limit=limit, cursor=cursor)
+    )
+    return web.json_response(
+        {"data": [views.document_json(d) for d in documents], "next_cursor": next_cursor}
+    )
+
+
+async def get_document(request: web.Request) -> web.Response:
+    """``GET /connectors/{id}/documents/{external_id}``."""
+    document = await _daemon(request).get_document(_id(request), request.match_info["external_id"])
+    return web.json_response(views.document_json(document, with_payload=True))
+
+
+async def retry_failed(request: web.Request) -> web.Response:
+    """``POST /connectors/{id}/retry-failed``."""
+    requeued = await _daemon(request).retry_failed(_id(request))
+    return web.json_response({"requeued": requeued}, status=202)
+
+
+# --- operations -----------------------------------------------------------------------
+
+
+async def healthz(request: web.Request) -> web.Response:
+    """``GET /healthz``: the process answers (no backend is consulted)."""
+    return web.json_response({"status": "ok"})
+
+
+async def readyz(request: web.Request) -> web.Response:
+    """``GET /readyz``: 200 when the store and the queue answer, else 503 naming the failure."""
+    checks = await _daemon(request).readiness()
+    ready = all(value == "ok" for value in checks.values())
+    return web.json_response(checks, status=200 if ready else 503)
+
+
+async def metrics(request: web.Request) -> web.Response:
+    """``GET /metrics``: Prometheus text exposition."""
+    body, content_type = _daemon(request).metrics.render()
+    # Set as a raw header: aiohttp refuses a charset inside ``content_type=``.
+    return web.Response(body=body, headers={"Content-Type": content_type})
+
+
+async def openapi(request: web.Request) -> web.Response:
+    """``GET /openapi.json``."""
+    return web.json_response(request.app[OPENAPI])
+
+
+# --- the table ------------------------------------------------------------------------
+
+_NOT_FOUND = Reply("Connector not found")
+_CONNECTOR = Reply("The connector", "Connector")
+
+ROUTES: tuple[Route, ...] = (
+    Route(
+        "POST",
+        "/connectors",
+        create_connector,
+        "Create a connector",
+        {201: Reply("Created", "Connector"), 409: Reply("Connector name already exists")},
+        request="ConnectorCreate",
+    ),
+    Route(
+        "GET",
+        "/connectors",
+        list_connectors,
+        "List connectors",
+        {200: Reply("A page of connectors", "ConnectorList")},
+        query=("connector_status", "limit", "cursor"),
+    ),
+    Route(
+        "GET",
+        "/connectors/{id}",
+        get_connector,
+        "Get a connector with its progress and document counts",
+        {200: _CONNECTOR, 404: _NOT_FOUND},
+    ),
+    Route(
+        "PATCH",
+        "/connectors/{id}",
+        update_connector,
+        "Update a connector (status, name, schedule, source, indexer, paginator keys)",
+        {
+            200: _CONNECTOR,
+            404: _NOT_FOUND,
+            409: Reply("Connector is being deleted / Connector name already exists"),
+        },
+        request="ConnectorPatch",
+    ),
+    Route(
+        "DELETE",
+        "/connectors/{id}",
+        delete_connector,
+        "Delete a connector with its documents and runs",
+        {
+            202: Reply("Deletion started", "Deleting"),
+            404: _NOT_FOUND,
+            409: Reply("Cannot delete connector while sync is running"),
+        },
+    ),
+    Route(
+        "POST",
+        "/connectors/{id}/sync",
+        trigger_sync,
+        "Start a sync run",
+        {
+            202: Reply("Run started", "SyncStarted"),
+            404: _NOT_FOUND,
+            409: Reply(
+                "Connector is being deleted / Connector is paused / "
+                "Sync already in progress (with the running run_id)"
+            ),
+        },
+    ),
+    Route(
+        "POST",
+        "/connectors/{id}/sync/abort",
+        abort_sync,
+        "Abort the running sync",
+        {
+            202: Reply("Abort requested", "AbortRequested"),
+            404: _NOT_FOUND,
+            409: Reply("No sync in progress"),
+        },
+    ),
+    Route(
+        "GET",
+        "/connectors/{id}/runs",
+        list_runs,
+        "List a connector's runs, newest first",
+        {200: Reply("A page of runs", "RunList"), 404: _NOT_FOUND},
+        query=("limit", "cursor"),
+    ),
+    Route(
+        "GET",
+        "/connectors/{id}/documents",
+        list_documents,
+        "List a connector's documents",
+        {200: Reply("A page of documents", "DocumentList"), 404: _NOT_FOUND},
+        query=("document_status", "limit", "cursor"),
+    ),
+    Route(
+        "GET",
+        "/connectors/{id}/documents/{external_id:.+}",
+        get_document,
+        "Get a document with its payload",
+        {
+            200: Reply("The document", "DocumentWithPayload"),
+            404: Reply("Connector not found / Document not found"),
+        },
+    ),
+    Route(
+        "POST",
+        "/connectors/{id}/retry-failed",
+        retry_failed,
+        "Re-queue the connector's failed documents",
+        {202: Reply("Documents re-queued", "Requeued"), 404: _NOT_FOUND},
+    ),
+    Route(
+        "GET",
+        "/healthz",
+        healthz,
+        "Liveness: the process answers",
+        {200: Reply("Alive", "Health")},
+        auth=False,
+    ),
+    Route(
+        "GET",
+        "/readyz",
+        readyz,
+        "Readiness: the store and the queue answer",
+        {200: Reply("Ready", "Readiness"), 503: Reply("Not ready", "Readiness")},
+    ),
+    Route(
+        "GET",
+        "/metrics",
+        metrics,
+        "Prometheus metrics",
+        {200: Reply("Prometheus text exposition", None, "text/plain")},
+    ),
+    Route(
+        "GET",
+        "/openapi.json",
+        openapi,
+        "This document",
+        {200: Reply("OpenAPI 3.1 document", "OpenAPI")},
+    ),
+)

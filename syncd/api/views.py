@@ -1,0 +1,123 @@
+"""Records → JSON bodies of the control API (DESIGN.md §3).
+
+Only the fields the contract names leave this module: internal state (``resume_cursor``,
+``source_state``, document leases) never does, and secrets in a connector's configuration
+are shown as ``"***"``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from syncd.models import Connector, DocStatus, Document, Run
+
+MASK = "***"
+
+
+def timestamp(value: datetime | None) -> str | None:
+    """ISO-8601 in UTC with a ``Z`` suffix (a naive datetime is taken as UTC)."""
+    if value is None:
+        return None
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def connector_json(connector: Connector, counts: Mapping[DocStatus, int]) -> dict[str, Any]:
+    """A connector as the API returns it, with its document counts per status."""
+    c = connector
+    return {
+        "id": c.id,
+        "name": c.name,
+        "status": c.status.value,
+        "sync_status": c.sync_status.value,
+        "last_error": c.last_error,
+        "run_id": c.run_id,
+        "sync_started_at": timestamp(c.sync_started_at),
+        "last_synced_at": timestamp(c.last_synced_at),
+        "sync_schedule": c.sync_schedule,
+        "sync_timezone": c.sync_timezone,
+        "next_run_at": timestamp(c.next_run_at),
+        "created_at": timestamp(c.created_at),
+        "updated_at": timestamp(c.updated_at),
+        "source": redact_source(c.source),
+        "indexer": redact_indexer(c.indexer),
+        "page_retries": c.page_retries,
+        "page_retry_backoff": c.page_retry_backoff,
+        "throttle_seconds": c.throttle_seconds,
+        "retry_on_status": list(c.retry_on_status),
+        "progress": {"pages": c.progress.pages, "documents": c.progress.documents},
+        "waiting": (
+            None
+            if c.waiting is None
+            else {"reason": c.waiting.reason.value, "until": timestamp(c.waiting.until)}
+        ),
+        "sync_owner": c.sync_owner,
+        "sync_heartbeat_at": timestamp(c.sync_heartbeat_at),
+        "documents": {status.value: int(counts.get(status, 0)) for status in DocStatus},
+    }
+
+
+def run_json(run: Run) -> dict[str, Any]:
+    """A run of a connector's history."""
+    return {
+        "id": run.id,
+        "connector_id": run.connector_id,
+        "trigger": run.trigger.value,
+        "outcome": run.outcome.value,
+        "started_at": timestamp(run.started_at),
+        "finished_at": timestamp(run.finished_at),
+        "pages": run.pages,
+        "documents_seen": run.documents_seen,
+        "documents_enqueued": run.documents_enqueued,
+        "error": run.error,
+        "owner": run.owner,
+    }
+
+
+def document_json(document: Document, *, with_payload: bool = False) -> dict[str, Any]:
+    """A document; its payload only when asked for (the single-document route)."""
+    d = document
+    out: dict[str, Any] = {
+        "external_id": d.external_id,
+        "status": d.status.value,
+        "error": d.error,
+        "content_hash": d.content_hash,
+        "attempts": d.attempts,
+        "created_at": timestamp(d.created_at),
+        "updated_at": timestamp(d.updated_at),
+        "indexed_at": timestamp(d.indexed_at),
+    }
+    if with_payload:
+        out["payload"] = d.payload
+    return out
+
+
+def redact_source(source: Mapping[str, Any]) -> dict[str, Any]:
+    """The source's configuration with its secrets masked.
+
+    The source layer knows which values are secret; header values are masked here as well
+    so that a header can never leak, whatever that layer decides.
+    """
+    return _mask_headers(_redact(source))
+
+
+def redact_indexer(indexer: Mapping[str, Any]) -> dict[str, Any]:
+    """The indexer's configuration masked like a source's (webhook headers, plugin tokens)."""
+    return _mask_headers(_redact(indexer))
+
+
+def _redact(config: Mapping[str, Any]) -> dict[str, Any]:
+    # Imported here: the sources package pulls in the HTTP transport.
+    from syncd.sources.secrets import redact_source as redact
+
+    return redact(config)
+
+
+def _mask_headers(config: dict[str, Any]) -> dict[str, Any]:
+    headers = config.get("headers")
+    if isinstance(headers, Mapping):
+        config["headers"] = dict.fromkeys(headers, MASK)
+    return config

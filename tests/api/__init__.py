@@ -1,0 +1,1 @@
+"""Tests of the control API against a real daemon."""
