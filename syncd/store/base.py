@@ -173,9 +173,7 @@ class Store(Protocol):
         under ``lease_token`` (clears the lease; sets ``indexed_at`` when indexed). Returns
         how many were written; others (aborted, re-leased) are left alone."""
 
-    async def extend_leases(
-        self, connector_id: str, lease_token: str, until: datetime
-    ) -> int:
+    async def extend_leases(self, connector_id: str, lease_token: str, until: datetime) -> int:
         """Push back the lease of documents running under ``lease_token``."""
 
     async def release_expired_leases(self, now: datetime) -> list[tuple[str, str]]:

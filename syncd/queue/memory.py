@@ -1,0 +1,238 @@
+"""The in-process work queue (``memory://``), and the wake-up and fan-out primitives that the
+Redis queue reuses for its local waiters and subscribers.
+
+Everything here lives on one event loop and needs no locks: every state change happens
+between two ``await`` points.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+from collections import deque
+from collections.abc import Mapping, Sequence
+
+from syncd.errors import QueueError
+from syncd.queue.base import Batch
+
+__all__ = ["Broadcast", "MemoryQueue", "Signal", "Subscription", "wait_event"]
+
+
+class Signal:
+    """A re-armable wake-up: waiters take :meth:`current` *before* checking for work, then
+    wait on it, so a :meth:`fire` between the check and the wait is never lost."""
+
+    def __init__(self) -> None:
+        self._event = asyncio.Event()
+
+    def current(self) -> asyncio.Event:
+        """The event the next :meth:`fire` sets."""
+        return self._event
+
+    def fire(self) -> None:
+        """Wake every waiter holding the current event, and arm a fresh one."""
+        event, self._event = self._event, asyncio.Event()
+        event.set()
+
+
+async def wait_event(event: asyncio.Event, seconds: float) -> bool:
+    """Wait up to ``seconds`` for ``event``; whether it was set."""
+    if event.is_set():
+        return True
+    if seconds <= 0:
+        return False
+    try:
+        async with asyncio.timeout(seconds):
+            await event.wait()
+    except TimeoutError:
+        return False
+    return True
+
+
+class Subscription:
+    """One ``messages()`` iterator: receives every message sent after it was created, and
+    ends when its :class:`Broadcast` closes (or when :meth:`aclose` is called)."""
+
+    def __init__(self, hub: Broadcast) -> None:
+        self._hub = hub
+        self._inbox: asyncio.Queue[dict[str, str] | None] = asyncio.Queue()
+        self._done = False
+
+    def __aiter__(self) -> Subscription:
+        return self
+
+    async def __anext__(self) -> dict[str, str]:
+        if self._done:
+            raise StopAsyncIteration
+        message = await self._inbox.get()
+        if message is None:
+            self._done = True
+            self._hub.discard(self)
+            raise StopAsyncIteration
+        return message
+
+    async def aclose(self) -> None:
+        """Stop receiving; the iterator ends."""
+        self._done = True
+        self._hub.discard(self)
+        self._inbox.put_nowait(None)
+
+    def _deliver(self, message: dict[str, str] | None) -> None:
+        self._inbox.put_nowait(message)
+
+
+class Broadcast:
+    """Fan-out of control messages to every live :class:`Subscription`."""
+
+    def __init__(self) -> None:
+        self._subscribers: set[Subscription] = set()
+        self._closed = False
+
+    def subscribe(self) -> Subscription:
+        """A new iterator; already ended if the broadcast is closed."""
+        subscription = Subscription(self)
+        if self._closed:
+            subscription._deliver(None)
+        else:
+            self._subscribers.add(subscription)
+        return subscription
+
+    def discard(self, subscription: Subscription) -> None:
+        """Forget a subscription (it stopped iterating)."""
+        self._subscribers.discard(subscription)
+
+    def send(self, message: Mapping[str, str]) -> None:
+        """Deliver a copy of ``message`` to every subscriber."""
+        for subscription in self._subscribers:
+            subscription._deliver(dict(message))
+
+    def close(self) -> None:
+        """End every subscription, now and for those created later."""
+        self._closed = True
+        subscribers, self._subscribers = self._subscribers, set()
+        for subscription in subscribers:
+            subscription._deliver(None)
+
+
+class QueueState(enum.Enum):
+    """Lifecycle of a queue object: it is opened once and closed once."""
+
+    NEW = "new"
+    OPEN = "open"
+    CLOSED = "closed"
+
+
+class MemoryQueue:
+    """A fair, purgeable queue in this process's memory (the embedded default).
+
+    Round-robin across connectors: a ring holds each connector that has entries once, and
+    every ``pop`` takes from the head of the ring and moves it to the back. Nothing survives
+    the process, which is fine: the queue is rebuilt from the store's pending documents on
+    start. ``ack`` has nothing to do, since no other instance could reclaim a batch.
+    """
+
+    def __init__(self) -> None:
+        self._lists: dict[str, deque[str]] = {}
+        self._ring: deque[str] = deque()
+        self._signal = Signal()
+        self._broadcast = Broadcast()
+        self._state = QueueState.NEW
+
+    async def open(self) -> None:
+        """Make the queue usable."""
+        if self._state is QueueState.CLOSED:
+            raise QueueError("queue is closed")
+        self._state = QueueState.OPEN
+
+    async def close(self) -> None:
+        """Drop the entries, wake blocked ``pop`` calls (they return ``None``) and end
+        ``messages()`` iterators."""
+        self._state = QueueState.CLOSED
+        self._lists.clear()
+        self._ring.clear()
+        self._signal.fire()
+        self._broadcast.close()
+
+    async def ping(self) -> None:
+        """Raise :class:`QueueError` unless the queue is open."""
+        self._check_open()
+
+    async def push(self, connector_id: str, external_ids: Sequence[str]) -> None:
+        """Append documents of one connector."""
+        self._check_open()
+        if not external_ids:
+            return
+        entries = self._lists.get(connector_id)
+        if entries is None:
+            entries = self._lists[connector_id] = deque()
+            self._ring.append(connector_id)
+        entries.extend(external_ids)
+        self._signal.fire()
+
+    async def pop(self, max_items: int, timeout: float) -> Batch | None:  # noqa: ASYNC109
+        """Up to ``max_items`` documents of the next connector in the ring; waits up to
+        ``timeout`` seconds for some; ``None`` if none came or the queue was closed."""
+        if max_items < 1:
+            raise ValueError("max_items must be at least 1")
+        if self._state is QueueState.NEW:
+            raise QueueError("queue is not open")
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(0.0, timeout)
+        while self._state is QueueState.OPEN:
+            event = self._signal.current()
+            batch = self._take(max_items)
+            if batch is not None:
+                return batch
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return None
+            await wait_event(event, remaining)
+        return None
+
+    async def ack(self, batch: Batch) -> None:
+        """Nothing to do: a popped batch is already gone from this queue."""
+
+    async def purge(self, connector_id: str) -> int:
+        """Drop every queued entry of one connector; how many were dropped."""
+        self._check_open()
+        entries = self._lists.pop(connector_id, None)
+        if entries is None:
+            return 0
+        self._ring.remove(connector_id)
+        return len(entries)
+
+    async def depth(self) -> dict[str, int]:
+        """Queued entries per connector (connectors with none are absent)."""
+        self._check_open()
+        return {cid: len(entries) for cid, entries in self._lists.items() if entries}
+
+    async def publish(self, message: Mapping[str, str]) -> None:
+        """Deliver ``message`` to every ``messages()`` iterator of this queue."""
+        self._check_open()
+        self._broadcast.send(message)
+
+    def messages(self) -> Subscription:
+        """Messages published from now on, until the queue is closed."""
+        return self._broadcast.subscribe()
+
+    def _take(self, max_items: int) -> Batch | None:
+        while self._ring:
+            connector_id = self._ring.popleft()
+            entries = self._lists.get(connector_id)
+            if not entries:
+                self._lists.pop(connector_id, None)
+                continue
+            count = min(max_items, len(entries))
+            ids = tuple(entries.popleft() for _ in range(count))
+            if entries:
+                self._ring.append(connector_id)
+            else:
+                del self._lists[connector_id]
+            return Batch(connector_id, ids)
+        return None
+
+    def _check_open(self) -> None:
+        if self._state is QueueState.NEW:
+            raise QueueError("queue is not open")
+        if self._state is QueueState.CLOSED:
+            raise QueueError("queue is closed")

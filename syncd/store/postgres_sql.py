@@ -1,0 +1,340 @@
+"""Every SQL statement of the PostgreSQL store: versioned migrations and named queries.
+
+Column lists come from :mod:`syncd.store.codec`, whose converters build the parameters and
+read the rows. Identifiers that are compared and sorted (connector, run and external ids)
+use the ``"C"`` collation, so that ordering and keyset pagination are byte-wise, as in the
+SQLite store, whatever the database's locale.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from syncd.store.codec import CONNECTOR_COLUMNS, DOCUMENT_COLUMNS, RUN_COLUMNS
+
+MIGRATION_LOCK_KEY: Final = 0x73796E6364_01
+"""Key of the transaction-level advisory lock held while migrations are applied."""
+
+SCHEMA_VERSION_TABLE: Final = "syncd_schema_version"
+
+CREATE_VERSION_TABLE: Final = f"""
+CREATE TABLE IF NOT EXISTS {SCHEMA_VERSION_TABLE} (
+    version    integer PRIMARY KEY,
+    applied_at timestamptz NOT NULL DEFAULT now()
+)"""
+
+LOCK_MIGRATIONS: Final = "SELECT pg_advisory_xact_lock($1)"
+CURRENT_VERSION: Final = f"SELECT coalesce(max(version), 0) FROM {SCHEMA_VERSION_TABLE}"
+RECORD_VERSION: Final = f"INSERT INTO {SCHEMA_VERSION_TABLE} (version) VALUES ($1)"
+
+# Versioned migrations, applied in order, each exactly once. Never edit a released one:
+# append a new version instead.
+MIGRATIONS: Final[tuple[tuple[int, str], ...]] = (
+    (
+        1,
+        """
+CREATE TABLE connectors (
+    id                 text COLLATE "C" PRIMARY KEY,
+    name               text NOT NULL,
+    source             jsonb NOT NULL,
+    indexer            jsonb NOT NULL,
+    created_at         timestamptz NOT NULL,
+    updated_at         timestamptz NOT NULL,
+    sync_schedule      text,
+    sync_timezone      text,
+    page_retries       integer NOT NULL,
+    page_retry_backoff double precision NOT NULL,
+    throttle_seconds   double precision NOT NULL,
+    retry_on_status    integer[] NOT NULL,
+    status             text NOT NULL,
+    sync_status        text NOT NULL,
+    last_error         text,
+    run_id             text,
+    sync_started_at    timestamptz,
+    last_synced_at     timestamptz,
+    next_run_at        timestamptz,
+    sync_owner         text,
+    sync_heartbeat_at  timestamptz,
+    progress_pages     bigint NOT NULL DEFAULT 0,
+    progress_documents bigint NOT NULL DEFAULT 0,
+    waiting_reason     text,
+    waiting_until      timestamptz,
+    resume_cursor      text,
+    source_state       jsonb NOT NULL DEFAULT '{}',
+    CONSTRAINT connectors_name_key UNIQUE (name)
+);
+
+-- The scheduler tick asks for due connectors: an index range scan, not a table scan.
+CREATE INDEX connectors_next_run_at_idx ON connectors (next_run_at, id)
+    WHERE next_run_at IS NOT NULL;
+
+CREATE TABLE runs (
+    id                 text COLLATE "C" PRIMARY KEY,
+    connector_id       text COLLATE "C" NOT NULL
+                       REFERENCES connectors (id) ON DELETE CASCADE,
+    trigger            text NOT NULL,
+    outcome            text NOT NULL,
+    started_at         timestamptz NOT NULL,
+    finished_at        timestamptz,
+    pages              bigint NOT NULL DEFAULT 0,
+    documents_seen     bigint NOT NULL DEFAULT 0,
+    documents_enqueued bigint NOT NULL DEFAULT 0,
+    error              text,
+    owner              text
+);
+
+CREATE INDEX runs_connector_id_idx ON runs (connector_id, id);
+
+-- No foreign key to connectors: its per-row check would tax the bulk page upsert, and
+-- every write path already locks the connector row (commit_page is fenced on it) and
+-- delete_connector removes documents explicitly.
+CREATE TABLE documents (
+    connector_id text COLLATE "C" NOT NULL,
+    external_id  text COLLATE "C" NOT NULL,
+    status       text NOT NULL,
+    content_hash text NOT NULL,
+    payload      jsonb,
+    error        text,
+    attempts     integer NOT NULL DEFAULT 0,
+    created_at   timestamptz NOT NULL,
+    updated_at   timestamptz NOT NULL,
+    indexed_at   timestamptz,
+    lease_token  text,
+    lease_until  timestamptz,
+    PRIMARY KEY (connector_id, external_id)
+);
+
+-- Counts per status, and listing one status in external id order.
+CREATE INDEX documents_connector_status_idx ON documents (connector_id, status, external_id);
+
+-- The lease sweeper only looks at running documents.
+CREATE INDEX documents_lease_idx ON documents (lease_until) WHERE status = 'running';
+""",
+    ),
+)
+
+# --- connectors -------------------------------------------------------------------------
+
+_CONNECTOR_COLUMNS: Final = ", ".join(CONNECTOR_COLUMNS)
+MUTABLE_CONNECTOR_COLUMNS: Final = tuple(
+    c for c in CONNECTOR_COLUMNS if c not in ("id", "created_at")
+)
+"""What a mutation writes: every column but the key and the creation time."""
+
+# Parameters: the values of codec.connector_to_row, in CONNECTOR_COLUMNS order.
+INSERT_CONNECTOR: Final = (
+    f"INSERT INTO connectors ({_CONNECTOR_COLUMNS}) "
+    f"VALUES ({', '.join(f'${i}' for i in range(1, len(CONNECTOR_COLUMNS) + 1))})"
+)
+
+# Parameters: the id, then the values of MUTABLE_CONNECTOR_COLUMNS in order.
+UPDATE_CONNECTOR: Final = (
+    "UPDATE connectors SET "
+    + ", ".join(f"{c} = ${i}" for i, c in enumerate(MUTABLE_CONNECTOR_COLUMNS, start=2))
+    + " WHERE id = $1"
+)
+GET_CONNECTOR: Final = f"SELECT {_CONNECTOR_COLUMNS} FROM connectors WHERE id = $1"
+
+LOCK_CONNECTOR: Final = f"SELECT {_CONNECTOR_COLUMNS} FROM connectors WHERE id = $1 FOR UPDATE"
+
+LIST_CONNECTORS: Final = f"""
+SELECT {_CONNECTOR_COLUMNS} FROM connectors
+WHERE ($1::text IS NULL OR status = $1) AND ($2::text IS NULL OR id > $2)
+ORDER BY id
+LIMIT $3"""
+
+DUE_CONNECTORS: Final = f"""
+SELECT {_CONNECTOR_COLUMNS} FROM connectors
+WHERE next_run_at <= $1 AND status IN ('active', 'error')
+ORDER BY next_run_at, id
+LIMIT $2"""
+
+DELETE_CONNECTOR_DOCUMENTS: Final = "DELETE FROM documents WHERE connector_id = $1"
+DELETE_CONNECTOR: Final = "DELETE FROM connectors WHERE id = $1"  # runs go by cascade
+
+# --- run writes, fenced by run id ---------------------------------------------------------
+
+# The fence: only the connector's current run may write, and the row lock it takes
+# serialises the page commit with an abort that clears run_id.
+FENCE_PAGE: Final = """
+UPDATE connectors SET
+    resume_cursor = $3, source_state = $4, progress_pages = progress_pages + 1,
+    progress_documents = progress_documents + $5, sync_heartbeat_at = $6
+WHERE id = $1 AND run_id = $2
+RETURNING id"""
+
+# One statement for the whole page. Payloads arrive as JSON text (a jsonb[] parameter would
+# read a list payload as an array dimension). The WHERE of DO UPDATE leaves unchanged documents
+# untouched (no new row version), and RETURNING yields exactly the ids to enqueue.
+UPSERT_DOCUMENTS: Final = """
+INSERT INTO documents AS d
+    (connector_id, external_id, status, content_hash, payload, error, attempts,
+     created_at, updated_at)
+SELECT $1, t.external_id, 'pending', t.content_hash, t.payload::jsonb, NULL, 0, $5, $5
+FROM unnest($2::text[], $3::text[], $4::text[]) AS t(external_id, content_hash, payload)
+ON CONFLICT (connector_id, external_id) DO UPDATE SET
+    status = 'pending', content_hash = excluded.content_hash, payload = excluded.payload,
+    error = NULL, attempts = 0, lease_token = NULL, lease_until = NULL,
+    updated_at = excluded.updated_at
+WHERE d.content_hash <> excluded.content_hash
+   OR (d.status = 'failed' AND d.error = $6)
+RETURNING d.external_id"""
+
+RUN_PAGE: Final = """
+UPDATE runs SET
+    pages = pages + 1, documents_seen = documents_seen + $2,
+    documents_enqueued = documents_enqueued + $3
+WHERE id = $1"""
+
+REPORT: Final = """
+UPDATE connectors SET sync_heartbeat_at = $3, waiting_reason = $4, waiting_until = $5
+WHERE id = $1 AND run_id = $2"""
+
+# --- runs ----------------------------------------------------------------------------------
+
+_RUN_COLUMNS: Final = ", ".join(RUN_COLUMNS)
+
+INSERT_RUN: Final = """
+INSERT INTO runs (id, connector_id, trigger, outcome, started_at, owner)
+VALUES ($1, $2, $3, 'running', $4, $5)"""
+
+END_RUN: Final = """
+UPDATE runs SET outcome = $2, finished_at = $3, error = $4
+WHERE id = $1 AND outcome = 'running'"""
+
+GET_RUN: Final = f"SELECT {_RUN_COLUMNS} FROM runs WHERE id = $1"
+
+LIST_RUNS: Final = f"""
+SELECT {_RUN_COLUMNS} FROM runs
+WHERE connector_id = $1 AND ($2::text IS NULL OR id < $2)
+ORDER BY id DESC
+LIMIT $3"""
+
+# --- documents -----------------------------------------------------------------------------
+
+_DOCUMENT_COLUMNS: Final = ", ".join(DOCUMENT_COLUMNS)
+
+GET_DOCUMENT: Final = f"""
+SELECT {_DOCUMENT_COLUMNS}, payload FROM documents
+WHERE connector_id = $1 AND external_id = $2"""
+
+# Listing has one statement per shape rather than "($n IS NULL OR …)" so that a cached
+# generic plan keeps the keyset condition as an index range bound.
+LIST_DOCUMENTS: Final = f"""
+SELECT {_DOCUMENT_COLUMNS} FROM documents
+WHERE connector_id = $1
+ORDER BY external_id LIMIT $2"""
+
+LIST_DOCUMENTS_AFTER: Final = f"""
+SELECT {_DOCUMENT_COLUMNS} FROM documents
+WHERE connector_id = $1 AND external_id > $3
+ORDER BY external_id LIMIT $2"""
+
+LIST_DOCUMENTS_BY_STATUS: Final = f"""
+SELECT {_DOCUMENT_COLUMNS} FROM documents
+WHERE connector_id = $1 AND status = $3
+ORDER BY external_id LIMIT $2"""
+
+LIST_DOCUMENTS_BY_STATUS_AFTER: Final = f"""
+SELECT {_DOCUMENT_COLUMNS} FROM documents
+WHERE connector_id = $1 AND status = $3 AND external_id > $4
+ORDER BY external_id LIMIT $2"""
+
+DOCUMENT_COUNTS: Final = """
+SELECT status, count(*) AS n FROM documents WHERE connector_id = $1 GROUP BY status"""
+
+PENDING_DOCUMENTS: Final = """
+SELECT connector_id, external_id FROM documents
+WHERE status = 'pending'
+ORDER BY connector_id, external_id LIMIT $1"""
+
+PENDING_DOCUMENTS_AFTER: Final = """
+SELECT connector_id, external_id FROM documents
+WHERE status = 'pending' AND (connector_id, external_id) > ($2, $3)
+ORDER BY connector_id, external_id LIMIT $1"""
+
+# Every statement that writes several documents locks them in (connector_id, external_id)
+# order -- the upsert by sorting its input, the others through an ordered FOR UPDATE -- so
+# that two of them touching the same rows cannot deadlock.
+
+# The claim is one conditional UPDATE: a claimer that waited for a row lock re-checks
+# status = 'pending' on the new row version, so each document is claimed once.
+CLAIM_DOCUMENTS: Final = f"""
+WITH c AS (
+    SELECT external_id FROM documents
+    WHERE connector_id = $1 AND external_id = ANY($2::text[]) AND status = 'pending'
+    ORDER BY external_id
+    FOR UPDATE
+)
+UPDATE documents AS d SET
+    status = 'running', lease_token = $3, lease_until = $4, attempts = d.attempts + 1,
+    updated_at = $5
+FROM c
+WHERE d.connector_id = $1 AND d.external_id = c.external_id
+RETURNING {", ".join(f"d.{c}" for c in DOCUMENT_COLUMNS)}, d.payload"""
+
+FINISH_DOCUMENTS: Final = """
+WITH c AS (
+    SELECT external_id FROM documents
+    WHERE connector_id = $1 AND external_id = ANY($4::text[])
+      AND status = 'running' AND lease_token = $2
+    ORDER BY external_id
+    FOR UPDATE
+)
+UPDATE documents AS d SET
+    status = r.status, error = r.error, lease_token = NULL, lease_until = NULL,
+    updated_at = $3,
+    indexed_at = CASE WHEN r.status = 'indexed' THEN $3 ELSE d.indexed_at END
+FROM c, unnest($4::text[], $5::text[], $6::text[]) AS r(external_id, status, error)
+WHERE d.connector_id = $1 AND d.external_id = c.external_id
+  AND r.external_id = c.external_id"""
+
+EXTEND_LEASES: Final = """
+WITH c AS (
+    SELECT external_id FROM documents
+    WHERE connector_id = $1 AND lease_token = $2 AND status = 'running'
+    ORDER BY external_id
+    FOR UPDATE
+)
+UPDATE documents AS d SET lease_until = $3
+FROM c
+WHERE d.connector_id = $1 AND d.external_id = c.external_id"""
+
+RELEASE_EXPIRED_LEASES: Final = """
+WITH c AS (
+    SELECT connector_id, external_id FROM documents
+    WHERE status = 'running' AND lease_until <= $1
+    ORDER BY connector_id, external_id
+    FOR UPDATE
+)
+UPDATE documents AS d SET
+    status = 'pending', lease_token = NULL, lease_until = NULL, updated_at = $1
+FROM c
+WHERE d.connector_id = c.connector_id AND d.external_id = c.external_id
+RETURNING d.connector_id, d.external_id"""
+
+FAIL_DOCUMENTS: Final = """
+WITH c AS (
+    SELECT external_id FROM documents
+    WHERE connector_id = $1 AND status = ANY($2::text[])
+    ORDER BY external_id
+    FOR UPDATE
+)
+UPDATE documents AS d SET
+    status = 'failed', error = $3, lease_token = NULL, lease_until = NULL, updated_at = $4
+FROM c
+WHERE d.connector_id = $1 AND d.external_id = c.external_id"""
+
+REQUEUE_DOCUMENTS: Final = """
+WITH c AS (
+    SELECT external_id FROM documents
+    WHERE connector_id = $1 AND status = 'failed' AND ($2::text IS NULL OR error = $2)
+    ORDER BY external_id
+    FOR UPDATE
+)
+UPDATE documents AS d SET status = 'pending', error = NULL, attempts = 0, updated_at = $3
+FROM c
+WHERE d.connector_id = $1 AND d.external_id = c.external_id
+RETURNING d.external_id"""
+
+PING: Final = "SELECT 1"
