@@ -161,7 +161,7 @@ class SyncEngine:
             structlog.contextvars.unbind_contextvars("connector_id", "run_id")
 
     async def _crawl(self, connector: Connector, handle: _Handle) -> None:
-        cid, run_id = connector.id, handle.run_id
+        cid = connector.id
         # Documents failed by an abort are re-enqueued whether or not their pages come again.
         requeued = await self._store.requeue_documents(cid, error=ABORTED_ERROR, now=utcnow())
         if requeued:

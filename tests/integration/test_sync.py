@@ -158,12 +158,14 @@ async def test_abort_with_hung_request_stops_at_once(daemon: Daemon, source: Sou
         await daemon.abort_sync(c.id)
 
 
-async def test_abort_during_backoff_and_visible_wait(
-    daemon: Daemon, source: SourceServer
-) -> None:
+async def test_abort_during_backoff_and_visible_wait(daemon: Daemon, source: SourceServer) -> None:
     c = await daemon.create_connector(
-        {"name": "items", "source": http_source(source), "page_retry_backoff": 30.0,
-         "retry_on_status": [429]}
+        {
+            "name": "items",
+            "source": http_source(source),
+            "page_retry_backoff": 30.0,
+            "retry_on_status": [429],
+        }
     )
     # 429 is not retried by the transport, only by the paginator (it is listed).
     source.fail_next(429, times=10)
@@ -291,8 +293,11 @@ async def test_one_document_failure_is_not_a_sync_failure(
     daemon.register_indexer("flaky", FlakyIndexer)
     await daemon.start()
     c = await daemon.create_connector(
-        {"name": "items", "source": http_source(source),
-         "indexer": {"type": "flaky", "bad": "item-00004"}}
+        {
+            "name": "items",
+            "source": http_source(source),
+            "indexer": {"type": "flaky", "bad": "item-00004"},
+        }
     )
     run = await sync_and_wait(daemon, c.id)
     assert run.outcome is RunOutcome.SUCCEEDED
@@ -304,8 +309,12 @@ async def test_one_document_failure_is_not_a_sync_failure(
     assert doc.error == "cannot index this one" and doc.attempts == 1
     assert (await daemon.get_connector(c.id)).status is ConnectorStatus.ACTIVE
     assert await daemon.retry_failed(c.id) == 1
-    await daemon.wait_documents(c.id, lambda n: n[DocStatus.FAILED] == 1 and n[DocStatus.PENDING] == 0
-                                and (n[DocStatus.RUNNING] == 0))
+    await daemon.wait_documents(
+        c.id,
+        lambda n: (
+            n[DocStatus.FAILED] == 1 and n[DocStatus.PENDING] == 0 and (n[DocStatus.RUNNING] == 0)
+        ),
+    )
     assert (await daemon.get_document(c.id, "item-00004")).attempts == 1
 
 
