@@ -15,7 +15,7 @@ import asyncio
 import base64
 import binascii
 import socket
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from types import TracebackType
 from typing import Any
@@ -79,13 +79,13 @@ class Daemon:
         config: Config | None = None,
         *,
         instance_id: str | None = None,
-        api_socket: socket.socket | None = None,
+        api_sockets: Sequence[socket.socket] = (),
         serve_api: bool = True,
     ) -> None:
         self.config = config or Config()
         self.instance_id = instance_id or self.config.daemon.instance_id or new_id()
         self.metrics = Metrics()
-        self._api_socket = api_socket
+        self._api_sockets = list(api_sockets)
         self._serve_api = serve_api
         self._sources: dict[str, SourceFactory] = dict(BUILTIN_SOURCES)
         self._indexers: dict[str, IndexerFactory] = dict(BUILTIN_INDEXERS)
@@ -238,7 +238,7 @@ class Daemon:
             from syncd.api import build_app, start_api
 
             self.api_runner = await start_api(
-                build_app(self), cfg.api.listen, token=cfg.api.token, sock=self._api_socket
+                build_app(self), cfg.api.listen, token=cfg.api.token, socks=self._api_sockets
             )
         self._started = True
         log.info("syncd started", instance_id=self.instance_id, api=self.api_address)

@@ -79,7 +79,7 @@ async def run_service(config: Config) -> int:
         stop.set()
 
     sockets = systemd.listen_sockets()
-    daemon = Daemon(config, api_socket=sockets[0] if sockets else None)
+    daemon = Daemon(config, api_sockets=sockets)
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_stop_signal)
     try:

@@ -12,7 +12,7 @@ import ipaddress
 import os
 import socket
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from aiohttp import web
 
@@ -31,18 +31,22 @@ async def start_api(
     *,
     token: str | None,
     sock: socket.socket | None = None,
+    socks: Sequence[socket.socket] = (),
 ) -> web.AppRunner:
     """Serve ``app`` and return its started runner (``await runner.cleanup()`` stops it).
 
     ``listen`` is ``host:port`` (``[::1]:8765`` for IPv6; port 0 picks a free port, read it
     back from ``runner.addresses``) or ``unix:/path`` (a stale socket file is replaced; the
     socket is created with mode 0600). A pre-bound ``sock`` (socket activation) takes
-    precedence over ``listen``. Without ``token``, only loopback addresses and unix sockets
+    precedence over ``listen``; ``socks`` serves several (systemd may pass a TCP and a unix
+    socket), one site each, on one runner. Without ``token``, only loopback addresses and unix sockets
     are accepted: anything else raises :class:`ConfigError` (``api.listen``).
     """
-    if sock is not None:
-        _check_exposure(_socket_host(sock), token)
-        return await _serve(app, lambda runner: web.SockSite(runner, sock))
+    passed = [*([sock] if sock is not None else []), *socks]
+    if passed:
+        for s in passed:
+            _check_exposure(_socket_host(s), token)
+        return await _serve(app, *(_sock_site(s) for s in passed))
     if listen.startswith(UNIX_PREFIX):
         path = listen[len(UNIX_PREFIX) :]
         if not path:
@@ -157,11 +161,16 @@ class _UnixSocketSite(web.SockSite):
             os.unlink(self._path)
 
 
-async def _serve(app: web.Application, make_site: _SiteFactory) -> web.AppRunner:
+def _sock_site(sock: socket.socket) -> _SiteFactory:
+    return lambda runner: web.SockSite(runner, sock)
+
+
+async def _serve(app: web.Application, *make_sites: _SiteFactory) -> web.AppRunner:
     runner = web.AppRunner(app, handle_signals=False)
     await runner.setup()
     try:
-        await make_site(runner).start()
+        for make_site in make_sites:
+            await make_site(runner).start()
     except OSError as exc:
         await runner.cleanup()
         raise ConfigError(KEY, f"cannot listen: {exc.strerror or exc}") from exc
