@@ -39,8 +39,8 @@ async def start_api(
     back from ``runner.addresses``) or ``unix:/path`` (a stale socket file is replaced; the
     socket is created with mode 0600). A pre-bound ``sock`` (socket activation) takes
     precedence over ``listen``; ``socks`` serves several (systemd may pass a TCP and a unix
-    socket), one site each, on one runner. Without ``token``, only loopback addresses and unix sockets
-    are accepted: anything else raises :class:`ConfigError` (``api.listen``).
+    socket), one site each, on one runner. Without ``token``, only loopback addresses and
+    unix sockets are accepted: anything else raises :class:`ConfigError` (``api.listen``).
     """
     passed = [*([sock] if sock is not None else []), *socks]
     if passed:
