@@ -81,12 +81,15 @@ async def bare_sqlite(url: str, db: Path) -> tuple[int, float]:
     return count, elapsed
 
 
+EXTRA: dict[str, object] = {}
+
+
 def embedded_config(tmp: Path) -> Config:
     return Config.from_mapping(
         {
             "store": {"url": f"sqlite:///{tmp / 'syncd.db'}"},
             "queue": {"url": "memory://"},
-            "log": {"level": "warning"},
+            "log": {"level": "warning"}, **EXTRA,
         },
         environ={},
     )

@@ -26,6 +26,7 @@ from syncd.metrics import Metrics
 from syncd.models import (
     ABORTED_ERROR,
     Connector,
+    DocumentInput,
     Page,
     Waiting,
     WaitReason,
@@ -191,13 +192,23 @@ class SyncEngine:
             on_wait=lambda reason, seconds: self._on_wait(handle, reason, seconds),
             on_retry=lambda exc, attempt: self._metrics.page_retries.inc(),
         )
-        async for page in _read_ahead(pages, name=f"fetch:{cid}"):
+        async def prepared() -> AsyncIterator[_Prepared]:
+            # Runs in the read-ahead task: records become documents, and the source's state
+            # is taken right after its page, while the previous page is being committed.
+            async for page in pages:
+                docs = document_inputs(page.records, id_field)
+                yield _Prepared(page.next_cursor, docs, _checkpoint(source))
+
+        async for item in _read_ahead(prepared(), name=f"fetch:{cid}"):
             handle.waiting = None
             self._metrics.pages.inc()
-            docs = document_inputs(page.records, id_field)
-            state = _checkpoint(source)
             ids = await self._store.commit_page(
-                cid, run_id, docs, next_cursor=page.next_cursor, source_state=state, now=utcnow()
+                cid,
+                run_id,
+                item.documents,
+                next_cursor=item.next_cursor,
+                source_state=item.state,
+                now=utcnow(),
             )
             if ids:
                 await self._queue.push(cid, ids)
@@ -267,20 +278,29 @@ class SyncEngine:
 _END = object()
 
 
-async def _read_ahead(pages: AsyncIterator[Page], *, name: str) -> AsyncIterator[Page]:
-    """Yield ``pages`` while the next one is already being fetched.
+@dataclass(frozen=True)
+class _Prepared:
+    """A fetched page, ready to commit."""
+
+    next_cursor: str | None
+    documents: list[DocumentInput]
+    state: Mapping[str, Any]
+
+
+async def _read_ahead(items: AsyncIterator[_Prepared], *, name: str) -> AsyncIterator[_Prepared]:
+    """Yield ``items`` while the next one is already being fetched and prepared.
 
     The paginator's own rules still decide every request (cancel token checked before each,
     throttle between pages); this only lets the request for page N+1 overlap the commit of
-    page N. At most one page waits here uncommitted; an abort or a stop discards it, and the
-    next run resumes from the last committed cursor.
+    page N. At most one page waits here uncommitted; an abort discards it, and the next run
+    resumes from the last committed cursor.
     """
     ready: asyncio.Queue[object] = asyncio.Queue(maxsize=1)
 
     async def reader() -> None:
         try:
-            async for page in pages:
-                await ready.put(page)
+            async for item in items:
+                await ready.put(item)
         except Exception as exc:
             await ready.put(exc)
         else:
@@ -294,7 +314,7 @@ async def _read_ahead(pages: AsyncIterator[Page], *, name: str) -> AsyncIterator
                 return
             if isinstance(item, BaseException):
                 raise item
-            assert isinstance(item, Page)
+            assert isinstance(item, _Prepared)
             yield item
     finally:
         task.cancel()
