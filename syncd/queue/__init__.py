@@ -20,5 +20,7 @@ def open_queue(url: str, **options: Any) -> WorkQueue:
         from syncd.queue.redis import RedisQueue
 
         return RedisQueue(url, **options)
-    raise ConfigError("queue.url", f"unsupported scheme in {url.split('://')[0]!r}: "
-                      "expected memory:// or redis://")
+    raise ConfigError(
+        "queue.url",
+        f"unsupported scheme in {url.split('://')[0]!r}: expected memory:// or redis://",
+    )

@@ -169,7 +169,7 @@ class MemoryQueue:
         entries.extend(external_ids)
         self._signal.fire()
 
-    async def pop(self, max_items: int, timeout: float) -> Batch | None:  # noqa: ASYNC109
+    async def pop(self, max_items: int, timeout: float) -> Batch | None:
         """Up to ``max_items`` documents of the next connector in the ring; waits up to
         ``timeout`` seconds for some; ``None`` if none came or the queue was closed."""
         if max_items < 1:

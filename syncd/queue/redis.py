@@ -132,7 +132,7 @@ for _, inst in ipairs(redis.call('SMEMBERS', KEYS[1])) do
     local parked = redis.call('HGETALL', proc)
     for j = 1, #parked, 2 do
       local batch = cjson.decode(parked[j + 1])
-      if dead or (false and now - batch.t >= min_age) then
+      if dead or (not held[parked[j]] and now - batch.t >= min_age) then
         local list = prefix .. 'q:' .. batch.c
         local ids = batch.ids
         -- Back to the front of the list, in their original order: they were due first.
@@ -359,7 +359,7 @@ class RedisQueue:
         except _DRIVER_ERRORS as exc:
             raise self._error("push", exc) from exc
 
-    async def pop(self, max_items: int, timeout: float) -> Batch | None:  # noqa: ASYNC109
+    async def pop(self, max_items: int, timeout: float) -> Batch | None:
         """Up to ``max_items`` documents of the next connector in the ring, parked under
         this instance until :meth:`ack`. Waits up to ``timeout`` seconds; ``None`` if nothing
         came or the queue was closed."""

@@ -13,8 +13,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
+import redis.asyncio as aioredis
 
-from syncd.errors import QueueError
+from syncd.errors import ConfigError, QueueError
 from syncd.queue import Batch, WorkQueue
 from syncd.queue.memory import MemoryQueue
 from syncd.queue.redis import RedisQueue
@@ -625,3 +626,26 @@ async def test_redis_batch_whose_pop_reply_was_lost_is_handed_back(
     # liveness TTL, and the wake-up reaches the waiter on the other instance.
     back = await other.pop(10, timeout=10)
     assert back is not None and (back.connector_id, back.external_ids) == ("c1", ("x", "y"))
+
+
+async def test_redis_control_messages_that_are_not_objects_of_strings_are_dropped(
+    new_redis_queue: QueueFactory, redis_url: str, redis_prefix: str
+) -> None:
+    queue = new_redis_queue(instance_id="listener")
+    await queue.open()
+    messages = queue.messages()
+    raw = aioredis.Redis.from_url(redis_url)
+    try:
+        for bad in (b"not json", b"[1, 2]", b'{"n": 1}'):
+            await raw.publish(f"{redis_prefix}:control", bad)
+    finally:
+        await raw.aclose()
+    await queue.publish({"type": "ok"})
+
+    assert await asyncio.wait_for(anext(messages), timeout=2) == {"type": "ok"}
+
+
+def test_redis_liveness_ttl_must_outlast_the_heartbeat(redis_url: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        RedisQueue(redis_url, heartbeat_seconds=5.0, reclaim_after_seconds=5.0)
+    assert caught.value.key == "queue.reclaim_after_seconds"
