@@ -24,5 +24,7 @@ def open_store(url: str, **options: Any) -> Store:
         from syncd.store.postgres import PostgresStore
 
         return PostgresStore(url, **options)
-    raise ConfigError("store.url", f"unsupported scheme in {url.split('://')[0]!r}: "
-                      "expected sqlite:// or postgresql://")
+    raise ConfigError(
+        "store.url",
+        f"unsupported scheme in {url.split('://')[0]!r}: expected sqlite:// or postgresql://",
+    )
