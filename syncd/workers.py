@@ -19,7 +19,7 @@ from typing import Any
 
 import structlog
 
-from syncd.errors import SyncdError
+from syncd.errors import ConfigError, SyncdError
 from syncd.indexers.base import Indexer
 from syncd.metrics import Metrics
 from syncd.models import Connector, ConnectorStatus, DocStatus, Document, new_id, utcnow
@@ -134,6 +134,14 @@ class Workers:
         if connector is None or connector.status is ConnectorStatus.DELETING:
             await self._queue.ack(batch)
             return
+        try:
+            indexer = self._indexer_for(connector)
+        except ConfigError as exc:
+            # The documents stay pending: they are indexed once the indexer is known again
+            # (a plugin reinstalled, or the connector's indexer changed) and the daemon starts.
+            log.error("no indexer for connector", connector_id=cid, error=str(exc))
+            await self._queue.ack(batch)
+            return
         token = new_id()
         now = utcnow()
         docs = await self._store.claim_documents(
@@ -142,11 +150,11 @@ class Workers:
             lease_token=token,
             lease_until=now + timedelta(seconds=self._lease_seconds),
             now=now,
+            with_payload=getattr(indexer, "needs_payload", True),
         )
         await self._queue.ack(batch)
         if not docs:
             return
-        indexer = self._indexer_for(connector)
         task = asyncio.create_task(self._index_all(indexer, docs), name=f"index:{cid}")
         active = self._active.setdefault(cid, set())
         active.add(task)

@@ -15,7 +15,11 @@ if TYPE_CHECKING:
 @runtime_checkable
 class Indexer(Protocol):
     """Indexes one document. Returning marks it ``indexed``; raising marks it ``failed``
-    with ``str(exc)`` as its error."""
+    with ``str(exc)`` as its error.
+
+    An indexer may set ``needs_payload = False`` when it does not read
+    ``document.payload``: workers then claim documents without loading their payload.
+    """
 
     async def index(self, document: Document) -> None: ...
 

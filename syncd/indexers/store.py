@@ -12,6 +12,8 @@ from syncd.models import Document
 class StoreIndexer:
     """Marks documents indexed; their payload is read back through the API."""
 
+    needs_payload = False
+
     def __init__(self, config: Mapping[str, Any], context: IndexerContext) -> None:
         self.connector_id = context.connector_id
 

@@ -157,9 +157,11 @@ class Store(Protocol):
         lease_token: str,
         lease_until: datetime,
         now: datetime,
+        with_payload: bool = True,
     ) -> list[Document]:
         """Compare-and-set ``pending → running`` for those of ``external_ids`` that are
-        pending: set the lease, ``attempts += 1``. Returns the claimed ones with payload."""
+        pending: set the lease, ``attempts += 1``. Returns the claimed ones, with their
+        payload unless ``with_payload`` is false (an indexer that does not read it)."""
 
     async def finish_documents(
         self,

@@ -432,21 +432,23 @@ class PostgresStore:
         lease_token: str,
         lease_until: datetime,
         now: datetime,
+        with_payload: bool = True,
     ) -> list[Document]:
-        """``pending → running`` under a lease for those still pending; them, with payload."""
+        """``pending → running`` under a lease for those still pending; them, with their
+        payload unless ``with_payload`` is false."""
         if not external_ids:
             return []
         with self._translate("claim documents"):
             async with self._acquire() as conn:
                 rows = await conn.fetch(
-                    sql.CLAIM_DOCUMENTS,
+                    sql.CLAIM_DOCUMENTS if with_payload else sql.CLAIM_DOCUMENTS_NO_PAYLOAD,
                     connector_id,
                     list(external_ids),
                     lease_token,
                     lease_until,
                     now,
                 )
-        return [_document(row, with_payload=True) for row in rows]
+        return [_document(row, with_payload=with_payload) for row in rows]
 
     async def finish_documents(
         self,

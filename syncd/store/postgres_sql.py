@@ -259,7 +259,7 @@ ORDER BY connector_id, external_id LIMIT $1"""
 
 # The claim is one conditional UPDATE: a claimer that waited for a row lock re-checks
 # status = 'pending' on the new row version, so each document is claimed once.
-CLAIM_DOCUMENTS: Final = f"""
+_CLAIM: Final = """
 WITH c AS (
     SELECT external_id FROM documents
     WHERE connector_id = $1 AND external_id = ANY($2::text[]) AND status = 'pending'
@@ -271,7 +271,10 @@ UPDATE documents AS d SET
     updated_at = $5
 FROM c
 WHERE d.connector_id = $1 AND d.external_id = c.external_id
-RETURNING {", ".join(f"d.{c}" for c in DOCUMENT_COLUMNS)}, d.payload"""
+RETURNING """
+_CLAIM_COLUMNS: Final = ", ".join(f"d.{c}" for c in DOCUMENT_COLUMNS)
+CLAIM_DOCUMENTS: Final = f"{_CLAIM}{_CLAIM_COLUMNS}, d.payload"
+CLAIM_DOCUMENTS_NO_PAYLOAD: Final = f"{_CLAIM}{_CLAIM_COLUMNS}"
 
 FINISH_DOCUMENTS: Final = """
 WITH c AS (

@@ -420,9 +420,10 @@ class SQLiteStore:
         lease_token: str,
         lease_until: datetime,
         now: datetime,
+        with_payload: bool = True,
     ) -> list[Document]:
-        """Compare-and-set ``pending → running`` under a lease; the claimed documents with
-        their payload, in the order of ``external_ids``."""
+        """Compare-and-set ``pending → running`` under a lease; the claimed documents (with
+        their payload unless ``with_payload`` is false), in the order of ``external_ids``."""
         if not external_ids:
             return []
         params = (
@@ -433,8 +434,9 @@ class SQLiteStore:
             dump_json(list(external_ids)),
         )
         async with self._write() as db:
-            rows = await db.execute_fetchall(sql.CLAIM_DOCUMENTS, params)
-        claimed = {r["external_id"]: document_from_row(r, with_payload=True) for r in rows}
+            query = sql.CLAIM_DOCUMENTS if with_payload else sql.CLAIM_DOCUMENTS_NO_PAYLOAD
+            rows = await db.execute_fetchall(query, params)
+        claimed = {r["external_id"]: document_from_row(r, with_payload=with_payload) for r in rows}
         return [claimed[e] for e in dict.fromkeys(external_ids) if e in claimed]
 
     async def finish_documents(

@@ -235,12 +235,13 @@ PENDING_DOCUMENTS_AFTER = (
     "SELECT connector_id, external_id FROM documents WHERE status = 'pending' "
     "AND (connector_id, external_id) > (?, ?) ORDER BY connector_id, external_id LIMIT ?"
 )
-CLAIM_DOCUMENTS = (
+_CLAIM = (
     "UPDATE documents SET status = 'running', lease_token = ?, lease_until = ?, "
     "attempts = attempts + 1, updated_at = ? WHERE status = 'pending' AND connector_id = ? "
     "AND external_id IN (SELECT value FROM json_each(?)) "
-    f"RETURNING {_DOC_COLUMNS}, payload"
 )
+CLAIM_DOCUMENTS = f"{_CLAIM}RETURNING {_DOC_COLUMNS}, payload"
+CLAIM_DOCUMENTS_NO_PAYLOAD = f"{_CLAIM}RETURNING {_DOC_COLUMNS}"
 FINISH_DOCUMENT = (
     "UPDATE documents SET status = ?1, error = ?2, "
     "indexed_at = CASE WHEN ?1 = 'indexed' THEN ?3 ELSE indexed_at END, updated_at = ?3, "

@@ -719,6 +719,21 @@ async def test_claim_documents(store: Store) -> None:
     assert [(d.external_id, d.attempts, d.lease_token) for d in reclaimed] == [("a", 2, "L5")]
 
 
+async def test_claim_documents_without_payload(store: Store) -> None:
+    c = await add_connector(store)
+    run_id = await start_run(store, c.id)
+    await commit(store, c, run_id, ("a", 1), ("b", 1))
+    claimed = await store.claim_documents(
+        c.id, ["a", "b"], lease_token="L", lease_until=at(60), now=at(1), with_payload=False
+    )
+    assert sorted((d.external_id, d.payload, d.status) for d in claimed) == [
+        ("a", None, DocStatus.RUNNING),
+        ("b", None, DocStatus.RUNNING),
+    ]
+    stored = await store.get_document(c.id, "a")
+    assert stored is not None and stored.payload == make_doc("a").payload
+
+
 async def test_finish_documents_only_under_the_lease(store: Store) -> None:
     c = await add_connector(store)
     run_id = await start_run(store, c.id)
