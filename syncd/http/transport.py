@@ -211,7 +211,7 @@ class Transport:
                 answer = await self._send(
                     session, method, url, params, headers, json, client_timeout
                 )
-            except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as exc:
                 error, retryable = _translate(exc, method, url)
                 if not retryable or retry >= budget:
                     raise error from exc
@@ -301,6 +301,10 @@ def _translate(exc: BaseException, method: str, url: str) -> tuple[SyncdError, b
     detail = str(exc) or type(exc).__name__
     if isinstance(exc, aiohttp.InvalidURL):
         return SourceError(f"invalid URL: {safe_url(str(exc.url))}"), False
+    if isinstance(exc, ValueError):
+        # The request could not be built (e.g. a header value with a line break). The
+        # detail may quote a secret header value, so only the type is kept.
+        return SourceError(f"invalid request: {where}: {type(exc).__name__}"), False
     if isinstance(exc, aiohttp.ConnectionTimeoutError):
         return ClientTimeoutError(f"connect timeout: {where}"), True
     if isinstance(exc, TimeoutError):

@@ -10,6 +10,7 @@ means the body itself is the array), ``id_field`` (read by the sync engine), ``p
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
@@ -54,6 +55,7 @@ _PAGINATION_KEYS: dict[str, frozenset[str]] = {
     "page": frozenset({"page_param", "start"}),
 }
 _INT_KEYS = frozenset({"limit", "start"})
+_HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _PATH_KEYS = frozenset({"next_cursor", "next_url"})
 
 
@@ -106,7 +108,7 @@ class HttpSource:
         if self._inc_param is not None and self._since is not None:
             params[self._inc_param] = _param_text(self._since)
         url, query = self._pagination.request(cursor, self._url, params)
-        headers = {k: resolve_refs(v) for k, v in self._headers.items()}
+        headers = {k: _header_value(k, resolve_refs(v)) for k, v in self._headers.items()}
         response = await self._transport.request(
             "GET", url, params=query or None, headers=headers or None, timeout=self._timeouts
         )
@@ -152,6 +154,13 @@ class HttpSource:
                 continue
             if self._high_water is None or _later(value, self._high_water):
                 self._high_water = value
+
+
+def _header_value(name: str, value: str) -> str:
+    # A resolved secret (a file with several lines, say) must not smuggle in headers.
+    if "\n" in value or "\r" in value:
+        raise SourceError(f"header {name}: resolved value contains a line break")
+    return value
 
 
 def _later(a: Any, b: Any) -> bool:
@@ -232,7 +241,9 @@ def _check_headers(headers: Any, errors: dict[str, str]) -> None:
         errors["source.headers"] = "Must be an object"
         return
     for key, value in headers.items():
-        if not isinstance(value, str):
+        if not isinstance(key, str) or not _HEADER_NAME.fullmatch(key):
+            errors[f"source.headers.{key}"] = "Invalid header name"
+        elif not isinstance(value, str):
             errors[f"source.headers.{key}"] = "Must be a string"
         elif problem := check_refs(value):
             errors[f"source.headers.{key}"] = problem

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sourceserver import SourceServer, make_records
 
 from syncd.errors import (
     Aborted,
@@ -26,6 +25,7 @@ from syncd.sources import BUILTIN_SOURCES, HttpSource, StatefulSource, validate_
 from syncd.sources.base import SourceContext
 from syncd.sources.pagination import NextUrlPagination, get_path, parse_link_header
 from syncd.sources.secrets import REDACTED, check_refs, redact_source, resolve_refs
+from tests.integration.sourceserver import SourceServer, make_records
 
 
 @pytest.fixture
@@ -247,6 +247,18 @@ async def test_missing_reference_is_an_error_naming_it(
     assert server.requests == []
 
 
+async def test_resolved_header_with_a_line_break_is_refused(
+    transport: Transport, server: SourceServer, tmp_path: Path
+) -> None:
+    secret_file = tmp_path / "key"
+    secret_file.write_text("line1\nX-Injected: yes\n")
+    config = {"url": server.items_url, "headers": {"X-Key": f"${{file:{secret_file}}}"}}
+    with pytest.raises(SourceError, match="X-Key: resolved value contains a line break") as info:
+        await make_source(config, transport).fetch_page(None)
+    assert "line1" not in str(info.value)
+    assert server.requests == []
+
+
 # --- incremental ----------------------------------------------------------------------
 
 INCREMENTAL = {"field": "updated_at", "param": "updated_since"}
@@ -390,6 +402,8 @@ REF_HELP = "use ${env:NAME} or ${file:/path}"
         ({**U, "type": "ftp"}, "source.type", "Must be 'http'"),
         ({**U, "params": {"a": None}}, "source.params.a", "Must be a string, number or boolean"),
         ({**U, "headers": {"A": 1}}, "source.headers.A", "Must be a string"),
+        ({**U, "headers": {"A B": "x"}}, "source.headers.A B", "Invalid header name"),
+        ({**U, "headers": {"A": "x\r\nB: y"}}, "source.headers.A", "Must not contain line breaks"),
         (
             {**U, "headers": {"A": "${vault:x}"}},
             "source.headers.A",

@@ -14,7 +14,6 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp import web
-from sourceserver import SourceServer
 
 from syncd.errors import (
     ClientConnectionError,
@@ -25,6 +24,7 @@ from syncd.errors import (
 )
 from syncd.http.timeouts import Timeouts
 from syncd.http.transport import Transport
+from tests.integration.sourceserver import SourceServer
 
 
 class Sleeps:
@@ -362,3 +362,12 @@ async def test_request_before_open_is_refused() -> None:
     await transport.close()
     await transport.close()
     assert not transport.is_open
+
+
+async def test_unbuildable_request_is_a_source_error_without_the_value(
+    transport: Transport, server: SourceServer
+) -> None:
+    with pytest.raises(SourceError, match="invalid request") as info:
+        await transport.request("GET", server.items_url, headers={"X-Key": "s3cret\r\nX: y"})
+    assert "s3cret" not in str(info.value)
+    assert server.requests == []
