@@ -207,8 +207,10 @@ class Daemon:
             queue=self.queue,
             transport=self.transport,
             source_factory=self._source_factory,
+            indexer_for=self._indexer_for,
             metrics=self.metrics,
             heartbeat_seconds=cfg.sync.heartbeat_seconds,
+            on_change=self._notify_changed,
         )
         self.workers = Workers(
             store=self.store,
@@ -232,6 +234,7 @@ class Daemon:
         await self._resume_cascades()
         self.workers.start()
         self._spawn("control-messages", self._listen())
+        self._spawn("queue-rebuild", self._rebuild_when_lost())
         self._spawn("scheduler", self.scheduler.run())
         self._spawn("metrics-refresh", self._refresh_metrics())
         if self._serve_api:
@@ -309,6 +312,15 @@ class Daemon:
             after = rows[-1]
         if total:
             log.info("queue rebuilt from store", documents=total)
+
+    async def _rebuild_when_lost(self) -> None:
+        """Re-push the store's pending documents whenever the queue lost its entries."""
+        while True:
+            await self.queue.wait_lost()
+            try:
+                await self._rebuild_queue()
+            except SyncdError as exc:
+                log.warning("queue not rebuilt after a loss", error=str(exc))
 
     async def _resume_cascades(self) -> None:
         after: str | None = None

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -22,6 +22,7 @@ from syncd import rules
 from syncd.errors import Aborted, ClientError, Fenced, SyncdError
 from syncd.http.paginator import AsyncCursorPaginator, CancelToken
 from syncd.http.transport import Transport
+from syncd.indexers.base import Indexer
 from syncd.metrics import Metrics
 from syncd.models import (
     ABORTED_ERROR,
@@ -65,13 +66,17 @@ class SyncEngine:
         queue: WorkQueue,
         transport: Transport,
         source_factory: Callable[[str], SourceFactory],
+        indexer_for: Callable[[Connector], Indexer],
         metrics: Metrics,
         heartbeat_seconds: float = 1.0,
+        on_change: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self._store = store
         self._queue = queue
         self._transport = transport
         self._source_factory = source_factory
+        self._indexer_for = indexer_for
+        self._on_change = on_change
         self._metrics = metrics
         self._heartbeat_seconds = heartbeat_seconds
         self._runs: dict[str, _Handle] = {}
@@ -181,6 +186,7 @@ class SyncEngine:
         cid, run_id = connector.id, handle.run_id
         source = self._build_source(connector, resuming=start is not None)
         id_field = str(connector.source.get("id_field", "id"))
+        indexed = bool(getattr(self._indexer_for(connector), "indexed_on_commit", False))
         pages = AsyncCursorPaginator(
             _guard_resume(source, start),
             max_retries=connector.page_retries,
@@ -192,6 +198,7 @@ class SyncEngine:
             on_wait=lambda reason, seconds: self._on_wait(handle, reason, seconds),
             on_retry=lambda exc, attempt: self._metrics.page_retries.inc(),
         )
+
         async def prepared() -> AsyncIterator[_Prepared]:
             # Runs in the read-ahead task: records become documents, and the source's state
             # is taken right after its page, while the previous page is being committed.
@@ -209,9 +216,12 @@ class SyncEngine:
                 next_cursor=item.next_cursor,
                 source_state=item.state,
                 now=utcnow(),
+                indexed=indexed,
             )
-            if ids:
+            if ids and not indexed:
                 await self._queue.push(cid, ids)
+            if self._on_change is not None:
+                await self._on_change()
             # On a graceful stop the token is set: the next fetch raises Aborted, but pages
             # already fetched are still committed first, so the run resumes after them.
 
@@ -262,15 +272,29 @@ class SyncEngine:
                 return rules.fail(c, run_id=run_id, error=error or "failed", now=now)
             return rules.interrupt(c, run_id=run_id, now=now)
 
-        try:
-            # Shielded: the final write must land even if shutdown cancels the run task now.
-            await asyncio.shield(self._store.mutate_connector(cid, change))
-        except Fenced:
-            log.info("run no longer current; final state not written", outcome=outcome)
-            return
-        except SyncdError as exc:
-            log.error("could not record the end of the run", outcome=outcome, error=str(exc))
-            return
+        delay = 0.1
+        while True:
+            try:
+                # Shielded: the final write must land even if shutdown cancels the run task.
+                await asyncio.shield(self._store.mutate_connector(cid, change))
+                break
+            except Fenced:
+                log.info("run no longer current; final state not written", outcome=outcome)
+                return
+            except SyncdError as exc:
+                # Giving up would leave the connector `running` until a stale-lock takeover:
+                # keep trying while the store is away. A shutdown gives up (the next start
+                # finds the run orphaned: abort or the scheduler clears it).
+                if handle.stopping:
+                    log.error(
+                        "could not record the end of the run", outcome=outcome, error=str(exc)
+                    )
+                    return
+                log.warning(
+                    "end of the run not recorded yet; retrying", outcome=outcome, error=str(exc)
+                )
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
         self._metrics.runs.labels(trigger=handle.trigger, outcome=outcome).inc()
         log.info("sync ended", outcome=outcome)
 

@@ -144,14 +144,26 @@ class Workers:
             return
         token = new_id()
         now = utcnow()
-        docs = await self._store.claim_documents(
-            cid,
-            batch.external_ids,
-            lease_token=token,
-            lease_until=now + timedelta(seconds=self._lease_seconds),
-            now=now,
-            with_payload=getattr(indexer, "needs_payload", True),
-        )
+        try:
+            docs = await self._store.claim_documents(
+                cid,
+                batch.external_ids,
+                lease_token=token,
+                lease_until=now + timedelta(seconds=self._lease_seconds),
+                now=now,
+                with_payload=getattr(indexer, "needs_payload", True),
+            )
+        except SyncdError:
+            # The claim may not have happened, or committed with its answer lost: give back
+            # what this token holds and put the batch back, or its documents would stay
+            # pending with no queue entry until the next start.
+            await self._release(cid, token)
+            try:
+                await self._queue.push(cid, batch.external_ids)
+                await self._queue.ack(batch)
+            except SyncdError as exc:
+                log.warning("batch not handed back", connector_id=cid, error=str(exc))
+            raise
         await self._queue.ack(batch)
         if not docs:
             return

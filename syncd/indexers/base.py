@@ -18,7 +18,10 @@ class Indexer(Protocol):
     with ``str(exc)`` as its error.
 
     An indexer may set ``needs_payload = False`` when it does not read
-    ``document.payload``: workers then claim documents without loading their payload.
+    ``document.payload``: workers then claim documents without loading their payload. An
+    indexer whose whole work is the store keeping the document sets ``indexed_on_commit =
+    True``: a crawl then marks documents indexed in the page's own transaction, and they never
+    pass through the queue.
     """
 
     async def index(self, document: Document) -> None: ...

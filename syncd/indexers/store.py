@@ -13,6 +13,8 @@ class StoreIndexer:
     """Marks documents indexed; their payload is read back through the API."""
 
     needs_payload = False
+    # Storing the document is all there is to it: the crawl marks it indexed as it commits.
+    indexed_on_commit = True
 
     def __init__(self, config: Mapping[str, Any], context: IndexerContext) -> None:
         self.connector_id = context.connector_id

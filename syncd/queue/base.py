@@ -63,3 +63,8 @@ class WorkQueue(Protocol):
 
     def messages(self) -> AsyncIterator[dict[str, str]]:
         """Control messages as they arrive, until the queue is closed."""
+
+    async def wait_lost(self) -> None:
+        """Return when the queue may have lost entries since it was opened (a Redis server
+        restarted without persistence); the caller then rebuilds it from the store. Waits
+        until cancelled when that cannot happen (the in-process queue)."""

@@ -211,6 +211,10 @@ class MemoryQueue:
         self._check_open()
         self._broadcast.send(message)
 
+    async def wait_lost(self) -> None:
+        """Entries of the in-process queue are never lost while it is open: wait forever."""
+        await asyncio.Event().wait()
+
     def messages(self) -> Subscription:
         """Messages published from now on, until the queue is closed."""
         return self._broadcast.subscribe()

@@ -17,6 +17,10 @@ Layout, every key under ``{prefix}:``:
     liveness key, refreshed every ``heartbeat_seconds`` with a TTL of
     ``reclaim_after_seconds``. When it has expired, the instance's parked batches are pushed
     back to the front of their lists by whichever instance notices first.
+``epoch``
+    set when the queue opens and re-set (``SET NX``) on every heartbeat: finding it gone means
+    the server lost its data (a restart without persistence), and ``wait_lost`` returns so
+    the daemon re-pushes the store's pending documents.
 
 Channels: ``{prefix}:control`` carries control messages (JSON objects of strings);
 ``{prefix}:wake`` is published when a connector's list goes from empty to non-empty.
@@ -246,6 +250,8 @@ class RedisQueue:
         self._instances = f"{base}instances"
         self._parked = f"{base}proc:{self._instance_id}"
         self._alive = f"{base}alive:{self._instance_id}"
+        # Present while the server keeps its data; a restart without persistence drops it.
+        self._epoch = f"{base}epoch"
         self._wake_channel = f"{base}wake"
         self._control_channel = f"{base}control"
 
@@ -259,6 +265,8 @@ class RedisQueue:
         self._broadcast = Broadcast()
         # Receipts of batches handed out by ``pop`` (or being popped) and not acknowledged.
         self._held: set[str] = set()
+        self._lost = asyncio.Condition()
+        self._losses = 0
 
     @property
     def instance_id(self) -> str:
@@ -291,6 +299,7 @@ class RedisQueue:
             await client.ping()
             await pubsub.subscribe(self._wake_channel, self._control_channel)
             await client.set(self._alive, "1", px=self._ttl_ms)
+            await client.set(self._epoch, "1", nx=True)
             await self._run_reclaim(scripts, own_min_age_ms=0)
         except _DRIVER_ERRORS as exc:
             await self._release(client, pubsub)
@@ -424,6 +433,12 @@ class RedisQueue:
         except _DRIVER_ERRORS as exc:
             raise self._error("publish", exc) from exc
 
+    async def wait_lost(self) -> None:
+        """Return after a heartbeat finds that the server lost its data (see ``epoch``)."""
+        async with self._lost:
+            seen = self._losses
+            await self._lost.wait_for(lambda: self._losses > seen)
+
     def messages(self) -> Subscription:
         """Control messages received from now on, until the queue is closed."""
         return self._broadcast.subscribe()
@@ -477,6 +492,13 @@ class RedisQueue:
             client, scripts = self._connection()
             try:
                 await client.set(self._alive, "1", px=self._ttl_ms)
+                if await client.set(self._epoch, "1", nx=True):
+                    # The epoch key was gone: the server lost its data (restarted without
+                    # persistence, or flushed). Whoever notices first has the store re-push.
+                    log.warning("queue.data_lost")
+                    async with self._lost:
+                        self._losses += 1
+                        self._lost.notify_all()
                 await self._run_reclaim(scripts, own_min_age_ms=self._ttl_ms)
             except _DRIVER_ERRORS as exc:
                 log.warning("queue.heartbeat_failed", error=str(self._error("heartbeat", exc)))

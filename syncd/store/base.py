@@ -89,6 +89,7 @@ class Store(Protocol):
         next_cursor: str | None,
         source_state: Mapping[str, Any],
         now: datetime,
+        indexed: bool = False,
     ) -> list[str]:
         """Commit one crawled page in one transaction, fenced by ``run_id``.
 
@@ -103,6 +104,10 @@ class Store(Protocol):
         changed, or when it is ``failed`` with error ``"Aborted"``. Otherwise it is left as it
         is (an unchanged indexed, pending, running or failed document is not enqueued again).
         Duplicate external ids within one page: the last one wins.
+
+        With ``indexed``, the documents written become ``indexed`` (``indexed_at = now``)
+        instead of ``pending``: for indexers whose work is storing the document, so that
+        nothing needs to pass through the queue. The returned ids are then the ones written.
         """
 
     async def report(

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeAlias
 from urllib.parse import unquote, urlsplit
 
 import asyncpg
+import orjson
 
 from syncd.errors import Fenced, NameConflict, NotFound, StoreError
 from syncd.models import (
@@ -76,7 +76,7 @@ async def _init_connection(conn: asyncpg.Connection[asyncpg.Record]) -> None:
     # jsonb travels as the text codec.dump_json produced once: no double encoding, and rows come
     # back as Python values.
     await conn.set_type_codec(
-        "jsonb", schema="pg_catalog", encoder=_dumps, decoder=json.loads, format="text"
+        "jsonb", schema="pg_catalog", encoder=_dumps, decoder=orjson.loads, format="text"
     )
 
 
@@ -300,6 +300,7 @@ class PostgresStore:
         next_cursor: str | None,
         source_state: Mapping[str, Any],
         now: datetime,
+        indexed: bool = False,
     ) -> list[str]:
         """Upsert one page and checkpoint it in one transaction fenced by ``run_id``
         (:class:`Fenced` otherwise); the external ids to enqueue."""
@@ -327,9 +328,10 @@ class PostgresStore:
                         connector_id,
                         ids,
                         [latest[i].content_hash for i in ids],
-                        [_dumps(latest[i].payload) for i in ids],
+                        [codec.payload_text(latest[i]) for i in ids],
                         now,
                         ABORTED_ERROR,
+                        DocStatus.INDEXED.value if indexed else DocStatus.PENDING.value,
                     )
                     enqueued = [row[0] for row in rows]
                 await conn.execute(sql.RUN_PAGE, run_id, len(documents), len(enqueued))

@@ -169,13 +169,15 @@ RETURNING id"""
 UPSERT_DOCUMENTS: Final = """
 INSERT INTO documents AS d
     (connector_id, external_id, status, content_hash, payload, error, attempts,
-     created_at, updated_at)
-SELECT $1, t.external_id, 'pending', t.content_hash, t.payload::jsonb, NULL, 0, $5, $5
+     created_at, updated_at, indexed_at)
+SELECT $1, t.external_id, $7::text, t.content_hash, t.payload::jsonb, NULL, 0,
+       $5::timestamptz, $5::timestamptz,
+       CASE WHEN $7::text = 'indexed' THEN $5::timestamptz END
 FROM unnest($2::text[], $3::text[], $4::text[]) AS t(external_id, content_hash, payload)
 ON CONFLICT (connector_id, external_id) DO UPDATE SET
-    status = 'pending', content_hash = excluded.content_hash, payload = excluded.payload,
+    status = excluded.status, content_hash = excluded.content_hash, payload = excluded.payload,
     error = NULL, attempts = 0, lease_token = NULL, lease_until = NULL,
-    updated_at = excluded.updated_at
+    updated_at = excluded.updated_at, indexed_at = COALESCE(excluded.indexed_at, d.indexed_at)
 WHERE d.content_hash <> excluded.content_hash
    OR (d.status = 'failed' AND d.error = $6)
 RETURNING d.external_id"""
@@ -259,18 +261,25 @@ ORDER BY connector_id, external_id LIMIT $1"""
 
 # The claim is one conditional UPDATE: a claimer that waited for a row lock re-checks
 # status = 'pending' on the new row version, so each document is claimed once.
+# Its plan must not depend on statistics: during a first sync the table grows faster than
+# autovacuum analyzes it, and "external_id = ANY($2)" was then planned as a scan of every
+# pending document of the connector for each batch (quadratic in the backlog). So the ids
+# drive one locking index probe each, in id order (a subquery with FOR UPDATE is never
+# flattened into a join), and the locked rows are updated by their ctid (a TID scan).
 _CLAIM: Final = """
 WITH c AS (
-    SELECT external_id FROM documents
-    WHERE connector_id = $1 AND external_id = ANY($2::text[]) AND status = 'pending'
-    ORDER BY external_id
-    FOR UPDATE
+    SELECT l.ctid
+    FROM (SELECT DISTINCT unnest($2::text[]) AS external_id ORDER BY 1) AS i
+    CROSS JOIN LATERAL (
+        SELECT p.ctid FROM documents AS p
+        WHERE p.connector_id = $1 AND p.external_id = i.external_id AND p.status = 'pending'
+        FOR UPDATE
+    ) AS l
 )
 UPDATE documents AS d SET
     status = 'running', lease_token = $3, lease_until = $4, attempts = d.attempts + 1,
     updated_at = $5
-FROM c
-WHERE d.connector_id = $1 AND d.external_id = c.external_id
+WHERE d.ctid = ANY(ARRAY(SELECT ctid FROM c))
 RETURNING """
 _CLAIM_COLUMNS: Final = ", ".join(f"d.{c}" for c in DOCUMENT_COLUMNS)
 CLAIM_DOCUMENTS: Final = f"{_CLAIM}{_CLAIM_COLUMNS}, d.payload"

@@ -293,11 +293,13 @@ class SQLiteStore:
         next_cursor: str | None,
         source_state: Mapping[str, Any],
         now: datetime,
+        indexed: bool = False,
     ) -> list[str]:
         """Upsert a crawled page and checkpoint the run in one transaction, fenced by
         ``run_id`` (see :meth:`syncd.store.Store.commit_page`). Returns the external ids to
         enqueue."""
         at = encode_dt(now)
+        status = DocStatus.INDEXED.value if indexed else DocStatus.PENDING.value
         state = dump_json(dict(source_state))
         ids = dump_json([d.external_id for d in documents])
         async with self._write() as db:
@@ -317,7 +319,7 @@ class SQLiteStore:
                 await db.executemany(
                     sql.UPSERT_DOCUMENT,
                     [
-                        (connector_id, d.external_id, d.content_hash, payload_text(d), at)
+                        (connector_id, d.external_id, d.content_hash, payload_text(d), at, status)
                         for d in enqueue
                     ],
                 )

@@ -189,10 +189,12 @@ EXISTING_DOCUMENTS = (
 # one loses its lease, so the worker indexing the old content cannot record a result for it.
 UPSERT_DOCUMENT = (
     "INSERT INTO documents (connector_id, external_id, status, content_hash, created_at, "
-    "updated_at, attempts, payload) VALUES (?1, ?2, 'pending', ?3, ?5, ?5, 0, ?4) "
-    "ON CONFLICT (connector_id, external_id) DO UPDATE SET status = 'pending', "
+    "updated_at, attempts, payload, indexed_at) VALUES (?1, ?2, ?6, ?3, ?5, ?5, 0, ?4, "
+    "CASE WHEN ?6 = 'indexed' THEN ?5 END) "
+    "ON CONFLICT (connector_id, external_id) DO UPDATE SET status = excluded.status, "
     "content_hash = excluded.content_hash, payload = excluded.payload, error = NULL, "
-    "attempts = 0, lease_token = NULL, lease_until = NULL, updated_at = excluded.updated_at"
+    "attempts = 0, lease_token = NULL, lease_until = NULL, updated_at = excluded.updated_at, "
+    "indexed_at = COALESCE(excluded.indexed_at, documents.indexed_at)"
 )
 COUNT_PAGE = (
     "UPDATE runs SET pages = pages + 1, documents_seen = documents_seen + ?, "

@@ -499,6 +499,39 @@ async def test_commit_page_changed_running_document_loses_its_lease(store: Store
     assert await store.finish_documents(c.id, "L", [("a", DocStatus.INDEXED, None)], now=at(4)) == 0
 
 
+async def test_commit_page_indexed_on_commit(store: Store) -> None:
+    c = await add_connector(store)
+    run_id = await start_run(store, c.id)
+    written = await store.commit_page(
+        c.id,
+        run_id,
+        [make_doc("a"), make_doc("b")],
+        next_cursor=None,
+        source_state={},
+        now=at(3),
+        indexed=True,
+    )
+    assert sorted(written) == ["a", "b"]
+    a = await store.get_document(c.id, "a")
+    assert a is not None
+    assert (a.status, a.indexed_at, a.attempts, a.error) == (DocStatus.INDEXED, at(3), 0, None)
+    assert await store.pending_documents() == []
+    # Unchanged: not written again, indexed_at kept. Changed: indexed again.
+    again = await store.commit_page(
+        c.id,
+        run_id,
+        [make_doc("a"), make_doc("b", 2)],
+        next_cursor=None,
+        source_state={},
+        now=at(4),
+        indexed=True,
+    )
+    assert again == ["b"]
+    a2, b2 = await store.get_document(c.id, "a"), await store.get_document(c.id, "b")
+    assert a2 is not None and b2 is not None
+    assert (a2.indexed_at, b2.indexed_at, b2.payload) == (at(3), at(4), make_doc("b", 2).payload)
+
+
 async def test_commit_page_duplicate_ids_last_wins(store: Store) -> None:
     c = await add_connector(store)
     run_id = await start_run(store, c.id)
