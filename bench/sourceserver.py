@@ -49,7 +49,13 @@ def _serve(sock: socket.socket, total: int, page_size: int, record_size: int) ->
         await hang.wait()
         return web.json_response({"data": [], "next_cursor": None})
 
+    async def release_hung(app: web.Application) -> None:
+        # Let hung handlers answer before shutdown: cancelling them at exit makes aiohttp log
+        # spurious tracebacks.
+        hang.set()
+
     app = web.Application()
+    app.on_shutdown.append(release_hung)
     app.router.add_get("/items", items)
     app.router.add_get("/hang", hang_forever)
     web.run_app(app, sock=sock, print=None, handle_signals=True, access_log=None)
@@ -70,6 +76,11 @@ class SourceProcess:
         self._proc = mp.get_context("fork").Process(
             target=_serve, args=(self._sock, total, page_size, record_size), daemon=True
         )
+
+    @property
+    def pid(self) -> int | None:
+        """The server process's id once started (to measure its CPU time)."""
+        return self._proc.pid
 
     def __enter__(self) -> SourceProcess:
         self._proc.start()
