@@ -211,12 +211,31 @@ def embedded_config(tmp: Path) -> Config:
 # --- syncd ----------------------------------------------------------------------------------
 
 
+class QueuedIndexer:
+    """Does nothing, but through the queue and the workers: the built-in ``store`` indexer
+    marks documents indexed as they are committed, so it never exercises the worker path."""
+
+    def __init__(self, config: object, context: object) -> None:
+        pass
+
+    needs_payload = False
+
+    async def index(self, document: object) -> None:
+        return None
+
+
+INDEXER = {"type": "store"}
+
+
 async def syncd_run(
     daemon: Daemon, url: str, total: int, profiler: Profiler | None = None
 ) -> tuple[float, float]:
     """Seconds until the crawl finished, and until every document was indexed."""
     profiler = profiler or Profiler(None)
-    c = await daemon.create_connector({"name": "bench", "source": source_body(url)})
+    daemon.register_indexer("queued", QueuedIndexer)
+    c = await daemon.create_connector(
+        {"name": "bench", "source": source_body(url), "indexer": INDEXER}
+    )
     profiler.start("crawl")
     started = time.perf_counter()
     await daemon.trigger_sync(c.id)
@@ -615,7 +634,15 @@ def main() -> None:
     parser.add_argument("--no-dlt", action="store_true", help="do not run the dlt baseline")
     parser.add_argument("--dlt-write-disposition", choices=("merge", "append"), default="merge")
     parser.add_argument("--profile", type=Path, help="write cProfile dumps of syncd here")
+    parser.add_argument(
+        "--indexer",
+        choices=("store", "queued"),
+        default="store",
+        help="store: the built-in indexer (indexed on commit); queued: a no-op indexer that "
+        "goes through the queue and the workers",
+    )
     args = parser.parse_args()
+    INDEXER["type"] = args.indexer
     configure_logging("warning", "console")
     if args.backend == "postgres":
         asyncio.run(run_postgres(args))
