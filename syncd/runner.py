@@ -54,11 +54,18 @@ def _reload(daemon: Daemon) -> None:
     except ConfigError as exc:
         log.error("reload failed; keeping the running configuration", error=str(exc))
         return
+    # Logged before the new level applies, so that lowering the level still records it.
+    log.info(
+        "configuration reloaded",
+        path=str(path) if path else None,
+        log_level=fresh.log.level,
+        tick_seconds=fresh.scheduler.tick_seconds,
+        stale_lock_seconds=fresh.scheduler.stale_lock_seconds,
+    )
     configure_logging(fresh.log.level, fresh.log.format)
     _register_secrets(fresh)
     daemon.scheduler.tick_seconds = fresh.scheduler.tick_seconds
     daemon.scheduler.stale_lock_seconds = fresh.scheduler.stale_lock_seconds
-    log.info("configuration reloaded", path=str(path) if path else None)
 
 
 async def run_service(config: Config) -> int:

@@ -38,6 +38,8 @@ STATE_TIMEOUT = 20.0
 #: Pause between two polls of another process.
 POLL = 0.05
 
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
 # Variables that would change how the daemon or the CLI behaves if inherited from the
 # environment the tests run in.
 _INHERITED_PREFIXES = ("SYNCD_", "NOTIFY_SOCKET", "WATCHDOG_", "LISTEN_")
@@ -47,6 +49,8 @@ def base_environ(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """The test process's environment without syncd or systemd variables, plus ``extra``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(_INHERITED_PREFIXES)}
     env["PYTHONUNBUFFERED"] = "1"
+    # The code under test, whatever checkout an installed `syncd` happens to point at.
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
     env.update(extra or {})
     return env
 

@@ -327,7 +327,10 @@ class SyncdProcess:
     def __init__(self, config_path: Path, env: Mapping[str, str]) -> None:
         self.argv = [sys.executable, "-m", "syncd", "run", "--config", str(config_path)]
         inherited = {k: v for k, v in os.environ.items() if not k.startswith("SYNCD_")}
-        self.env = {**inherited, "PYTHONUNBUFFERED": "1", **env}
+        # PYTHONPATH: the code under test, whatever checkout an installed `syncd` points at.
+        root = str(Path(__file__).resolve().parents[2])
+        path = os.pathsep.join(filter(None, [root, inherited.get("PYTHONPATH")]))
+        self.env = {**inherited, "PYTHONUNBUFFERED": "1", "PYTHONPATH": path, **env}
         self.output: list[str] = []
         self._proc: asyncio.subprocess.Process | None = None
         self._reader: asyncio.Task[None] | None = None

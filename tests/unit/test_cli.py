@@ -285,11 +285,19 @@ async def syncd(
     return Result(code, out.getvalue(), err.getvalue())
 
 
+def code_under_test_env() -> dict[str, str]:
+    """The environment without ``SYNCD_*``, importing syncd from this checkout."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SYNCD_")}
+    root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
+    return env
+
+
 async def subprocess_syncd(
     *argv: str, environ: Mapping[str, str] | None = None, cwd: Path | None = None
 ) -> Result:
     """Run ``python -m syncd`` as a real process (without blocking the fake server)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SYNCD_")}
+    env = code_under_test_env()
     env.update(environ or {})
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
@@ -847,7 +855,7 @@ def test_render_table() -> None:
 
 async def test_interrupting_follow_leaves_the_sync_running(fake: tuple[FakeApi, str]) -> None:
     api, url = fake  # no script: once started, the run never ends
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SYNCD_")}
+    env = code_under_test_env()
     proc = await asyncio.create_subprocess_exec(
         *(sys.executable, "-m", "syncd", "sync", "c1", "--follow", "--url", url),
         stdout=asyncio.subprocess.PIPE,
