@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import contextlib
 import socket
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
@@ -24,7 +25,7 @@ import structlog
 
 from syncd import rules, spec
 from syncd.config import Config
-from syncd.errors import ConfigError, NotFound, SyncdError, ValidationError
+from syncd.errors import ConfigError, Conflict, NotFound, SyncdError, ValidationError
 from syncd.http.transport import Timeouts, Transport, resolve_timeouts
 from syncd.indexers import BUILTIN_INDEXERS
 from syncd.indexers.base import Indexer, IndexerContext, IndexerFactory
@@ -96,6 +97,7 @@ class Daemon:
         # Notified whenever documents change state here, so that callers (tests, the
         # benchmark, embedding apps) can wait for a condition instead of polling.
         self._changed = asyncio.Condition()
+        self._rebuild = asyncio.Event()
         self.api_runner: Any = None
         self.store: Store
         self.queue: WorkQueue
@@ -145,6 +147,12 @@ class Daemon:
             return self._sources[kind]
         except KeyError:
             raise ConfigError("source.type", f"unknown source type {kind!r}") from None
+
+    def _indexed_on_commit(self, connector: Connector) -> bool:
+        """Whether the connector's indexer is done once the store holds the document (a
+        class attribute of its factory: the indexer itself is not built for this)."""
+        factory = self._indexers.get(str(connector.indexer.get("type", "store")))
+        return bool(getattr(factory, "indexed_on_commit", False))
 
     def _indexer_for(self, connector: Connector) -> Indexer:
         cached = self._indexer_cache.get(connector.id)
@@ -207,10 +215,11 @@ class Daemon:
             queue=self.queue,
             transport=self.transport,
             source_factory=self._source_factory,
-            indexer_for=self._indexer_for,
+            indexed_on_commit=self._indexed_on_commit,
             metrics=self.metrics,
             heartbeat_seconds=cfg.sync.heartbeat_seconds,
             on_change=self._notify_changed,
+            on_push_failed=self._request_rebuild,
         )
         self.workers = Workers(
             store=self.store,
@@ -222,6 +231,7 @@ class Daemon:
             index_timeout=cfg.workers.index_timeout_seconds,
             lease_seconds=cfg.workers.lease_seconds,
             on_change=self._notify_changed,
+            on_push_failed=self._request_rebuild,
         )
         self.scheduler = Scheduler(
             store=self.store,
@@ -230,20 +240,27 @@ class Daemon:
             tick_seconds=cfg.scheduler.tick_seconds,
             stale_lock_seconds=cfg.scheduler.stale_lock_seconds,
         )
-        await self._rebuild_queue()
-        await self._resume_cascades()
-        self.workers.start()
-        self._spawn("control-messages", self._listen())
-        self._spawn("queue-rebuild", self._rebuild_when_lost())
-        self._spawn("scheduler", self.scheduler.run())
-        self._spawn("metrics-refresh", self._refresh_metrics())
-        if self._serve_api:
-            from syncd.api import build_app, start_api
-
-            self.api_runner = await start_api(
-                build_app(self), cfg.api.listen, token=cfg.api.token, socks=self._api_sockets
-            )
+        # From here on, stop() can undo whatever was started: a failure below (the API
+        # address taken, the store gone) leaves nothing running behind the exception.
         self._started = True
+        try:
+            await self._rebuild_queue()
+            await self._resume_cascades()
+            self.workers.start()
+            self._spawn("control-messages", self._listen())
+            self._spawn("queue-lost", self._watch_queue_loss())
+            self._spawn("queue-rebuild", self._rebuild_when_asked())
+            self._spawn("scheduler", self.scheduler.run())
+            self._spawn("metrics-refresh", self._refresh_metrics())
+            if self._serve_api:
+                from syncd.api import build_app, start_api
+
+                self.api_runner = await start_api(
+                    build_app(self), cfg.api.listen, token=cfg.api.token, socks=self._api_sockets
+                )
+        except BaseException:
+            await self.stop()
+            raise
         log.info("syncd started", instance_id=self.instance_id, api=self.api_address)
 
     async def stop(self, grace: float | None = None) -> None:
@@ -255,7 +272,15 @@ class Daemon:
         if self.api_runner is not None:
             await self.api_runner.cleanup()
             self.api_runner = None
+        # The scheduler finishes the tick in progress (so a run it claims is started and then
+        # interrupted by the engine's stop, never left claimed with no task).
         self.scheduler.stop()
+        scheduler = self._tasks.pop("scheduler", None)
+        if scheduler is not None:
+            _, pending = await asyncio.wait({scheduler}, timeout=grace)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(scheduler, return_exceptions=True)
         await self.engine.stop(grace)
         await self.workers.stop(grace)
         for task in [*self._tasks.values(), *self._cascades.values()]:
@@ -313,14 +338,27 @@ class Daemon:
         if total:
             log.info("queue rebuilt from store", documents=total)
 
-    async def _rebuild_when_lost(self) -> None:
-        """Re-push the store's pending documents whenever the queue lost its entries."""
+    def _request_rebuild(self) -> None:
+        """Pending documents may be missing from the queue (a push failed, the queue lost
+        its data): have the queue rebuilt from the store."""
+        self._rebuild.set()
+
+    async def _watch_queue_loss(self) -> None:
         while True:
             await self.queue.wait_lost()
+            self._request_rebuild()
+
+    async def _rebuild_when_asked(self) -> None:
+        """Re-push the store's pending documents when asked, until it succeeds."""
+        while True:
+            await self._rebuild.wait()
+            self._rebuild.clear()
             try:
                 await self._rebuild_queue()
             except SyncdError as exc:
-                log.warning("queue not rebuilt after a loss", error=str(exc))
+                log.warning("queue not rebuilt yet; retrying", error=str(exc))
+                self._rebuild.set()
+                await asyncio.sleep(1.0)
 
     async def _resume_cascades(self) -> None:
         after: str | None = None
@@ -455,6 +493,11 @@ class Daemon:
 
     async def trigger_sync(self, connector_id: str) -> str:
         """Start a manual sync; returns its run id (``Conflict`` per DESIGN.md §3)."""
+        # Shielded: a caller cancelled after the claim committed must not leave the
+        # connector `running` with no task; the claim and the start happen together.
+        return await asyncio.shield(self._trigger(connector_id))
+
+    async def _trigger(self, connector_id: str) -> str:
         run_id = new_id()
         now = utcnow()
         _, after = await self.store.mutate_connector(
@@ -467,17 +510,26 @@ class Daemon:
     async def abort_sync(self, connector_id: str) -> str | None:
         """Abort the running sync wherever it runs; returns the aborted run id.
 
-        In order: idle at once (fenced), pending documents purged and failed, running ones
-        failed and their indexing cancelled, the run's cancel token set.
+        The connector's queue entries are purged; then one transaction sets `idle` (clearing
+        the run id, which fences the run's later writes) and fails its pending and running
+        documents with `Aborted`, so that no run claimed after it can have its documents
+        failed by it; then indexing tasks are cancelled and the run's cancel token set, here
+        and, by broadcast, in every other instance.
         """
-        now = utcnow()
-        before, _ = await self.store.mutate_connector(
-            connector_id, lambda c: rules.abort(c, now=now)
-        )
-        run_id = before.run_id
+        current = await self.get_connector(connector_id)
+        rules.check_abort(current)
         await self.queue.purge(connector_id)
-        await self.store.fail_documents(connector_id, [DocStatus.PENDING], ABORTED_ERROR, now=now)
-        await self.store.fail_documents(connector_id, [DocStatus.RUNNING], ABORTED_ERROR, now=now)
+        now = utcnow()
+        try:
+            before, _ = await self.store.mutate_connector(
+                connector_id, lambda c: rules.abort(c, now=now), fail_documents=ABORTED_ERROR
+            )
+        except Conflict:
+            # The run ended between the check and the abort: its pending documents lost
+            # their queue entries to the purge.
+            self._request_rebuild()
+            raise
+        run_id = before.run_id
         # Local first (no round trip), then every other instance.
         self.workers.cancel_connector(connector_id)
         self.engine.abort_local(connector_id, run_id)
@@ -488,8 +540,10 @@ class Daemon:
         except SyncdError as exc:
             # The run's heartbeat poll sees the cleared run id within a second anyway.
             log.warning("abort broadcast failed", connector_id=connector_id, error=str(exc))
-        run = await self.store.get_run(run_id) if run_id else None
-        trigger = str(run.trigger) if run is not None else "manual"
+        trigger = "manual"
+        with contextlib.suppress(SyncdError):
+            run = await self.store.get_run(run_id) if run_id else None
+            trigger = str(run.trigger) if run is not None else trigger
         self.metrics.runs.labels(trigger=trigger, outcome="aborted").inc()
         await self._notify_changed()
         return run_id
@@ -557,7 +611,12 @@ class Daemon:
         await self.get_connector(connector_id)
         ids = await self.store.requeue_documents(connector_id, now=utcnow())
         if ids:
-            await self.queue.push(connector_id, ids)
+            try:
+                await self.queue.push(connector_id, ids)
+            except SyncdError as exc:
+                # Pending in the store: the rebuild queues them once the queue answers.
+                log.warning("re-queued documents not pushed yet", error=str(exc))
+                self._request_rebuild()
         await self._notify_changed()
         return len(ids)
 

@@ -208,13 +208,18 @@ def interrupt(c: Connector, *, run_id: str, now: datetime) -> Transition:
     return Transition(_idle(c, now), ends=(RunEnd(run_id, RunOutcome.INTERRUPTED, now),))
 
 
+def check_abort(c: Connector) -> None:
+    """Raise the §3 conflict that forbids an abort now, if any."""
+    if c.sync_status is not SyncStatus.RUNNING:
+        raise Conflict(MSG_NOT_RUNNING)
+
+
 def abort(c: Connector, *, now: datetime) -> Transition:
     """``running → idle`` at once, clearing the run id (which fences the run's later writes).
 
     ``status`` is not changed and ``last_synced_at`` is not set.
     """
-    if c.sync_status is not SyncStatus.RUNNING:
-        raise Conflict(MSG_NOT_RUNNING)
+    check_abort(c)
     ends = (RunEnd(c.run_id, RunOutcome.ABORTED, now, "Aborted"),) if c.run_id else ()
     return Transition(_idle(c, now), ends=ends)
 

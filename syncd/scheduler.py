@@ -57,8 +57,13 @@ class Scheduler:
             started = loop.time()
             try:
                 await self.tick()
-            except SyncdError as exc:
-                log.warning("scheduler tick failed", error=str(exc))
+            except Exception as exc:
+                # One failed tick never ends the scheduler; the next tick tries again.
+                log.warning(
+                    "scheduler tick failed",
+                    error=str(exc),
+                    exc_info=not isinstance(exc, SyncdError),
+                )
             delay = max(0.0, self.tick_seconds - (loop.time() - started))
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stop.wait(), delay)

@@ -11,7 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Collection,
+    Mapping,
+)
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -19,10 +26,9 @@ from typing import Any
 import structlog
 
 from syncd import rules
-from syncd.errors import Aborted, ClientError, Fenced, SyncdError
+from syncd.errors import Aborted, ClientError, Fenced, NotFound, SyncdError
 from syncd.http.paginator import AsyncCursorPaginator, CancelToken
 from syncd.http.transport import Transport
-from syncd.indexers.base import Indexer
 from syncd.metrics import Metrics
 from syncd.models import (
     ABORTED_ERROR,
@@ -41,7 +47,7 @@ from syncd.store.base import Store
 log = structlog.get_logger("syncd.sync")
 
 
-@dataclass
+@dataclass(eq=False)
 class _Handle:
     """A run executing in this instance."""
 
@@ -66,20 +72,26 @@ class SyncEngine:
         queue: WorkQueue,
         transport: Transport,
         source_factory: Callable[[str], SourceFactory],
-        indexer_for: Callable[[Connector], Indexer],
+        indexed_on_commit: Callable[[Connector], bool],
         metrics: Metrics,
         heartbeat_seconds: float = 1.0,
         on_change: Callable[[], Awaitable[None]] | None = None,
+        on_push_failed: Callable[[], None] | None = None,
     ) -> None:
         self._store = store
         self._queue = queue
         self._transport = transport
         self._source_factory = source_factory
-        self._indexer_for = indexer_for
+        self._indexed_on_commit = indexed_on_commit
         self._on_change = on_change
         self._metrics = metrics
         self._heartbeat_seconds = heartbeat_seconds
+        self._on_push_failed = on_push_failed
         self._runs: dict[str, _Handle] = {}
+        # Every run task of this instance, including runs replaced by a stale-lock takeover
+        # (no longer in ``_runs``), so that a stop waits for all of them.
+        self._handles: set[_Handle] = set()
+        self._closed = False
 
     @property
     def running(self) -> dict[str, str]:
@@ -95,6 +107,12 @@ class SyncEngine:
             # Taken over (stale lock): the old run's writes are fenced already; stop it too.
             previous.token.cancel()
         self._runs[connector.id] = handle
+        self._handles.add(handle)
+        if self._closed:
+            # Claimed while the daemon stops (a tick or a trigger already in flight): the run
+            # ends at once as interrupted instead of running unowned.
+            handle.stopping = True
+            handle.token.cancel()
         handle.task = asyncio.create_task(
             self._run(connector, handle), name=f"sync:{connector.id}:{connector.run_id}"
         )
@@ -115,21 +133,26 @@ class SyncEngine:
 
     async def stop(self, grace: float) -> None:
         """Graceful stop: each run ends at its next page boundary and is marked
-        ``interrupted``; runs still going after ``grace`` seconds are cancelled."""
-        handles = list(self._runs.values())
-        for h in handles:
-            h.stopping = True
-            # A run sleeping in a backoff or blocked on a hung request must not hold the
-            # shutdown: the token interrupts both; the run is then marked interrupted.
-            h.token.cancel()
-        tasks = [h.task for h in handles if h.task is not None]
-        if not tasks:
-            return
-        _, pending = await asyncio.wait(tasks, timeout=grace)
-        for t in pending:
-            t.cancel()
-        if pending:
-            await asyncio.wait(pending)
+        ``interrupted``; runs still going after ``grace`` seconds are cancelled. Runs claimed
+        while stopping end at once."""
+        self._closed = True
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace
+        while self._handles:
+            handles = list(self._handles)
+            for h in handles:
+                h.stopping = True
+                # A run sleeping in a backoff or blocked on a hung request must not hold the
+                # shutdown: the token interrupts both; the run is then marked interrupted.
+                h.token.cancel()
+            tasks = [h.task for h in handles if h.task is not None]
+            _, pending = await asyncio.wait(tasks, timeout=max(0.0, deadline - loop.time()))
+            for t in pending:
+                t.cancel()
+            if pending:
+                await asyncio.wait(pending)
+            for h in handles:
+                self._handles.discard(h)
 
     # --- the run --------------------------------------------------------------------
 
@@ -141,6 +164,7 @@ class SyncEngine:
         try:
             await self._crawl(connector, handle)
         except asyncio.CancelledError:
+            handle.stopping = True  # one attempt at the final write, no retry loop
             await self._end(handle, "interrupted")
             raise
         except (Aborted, Fenced):
@@ -163,6 +187,7 @@ class SyncEngine:
                 await heartbeat
             if self._runs.get(cid) is handle:
                 del self._runs[cid]
+            self._handles.discard(handle)
             handle.done.set()
             structlog.contextvars.unbind_contextvars("connector_id", "run_id")
 
@@ -171,7 +196,12 @@ class SyncEngine:
         # Documents failed by an abort are re-enqueued whether or not their pages come again.
         requeued = await self._store.requeue_documents(cid, error=ABORTED_ERROR, now=utcnow())
         if requeued:
-            await self._queue.push(cid, requeued)
+            try:
+                await self._queue.push(cid, requeued)
+            except SyncdError:
+                if self._on_push_failed is not None:
+                    self._on_push_failed()
+                raise
         resuming = connector.resume_cursor is not None
         log.info("sync started", resuming=resuming)
         if resuming:
@@ -183,12 +213,12 @@ class SyncEngine:
         await self._paginate(connector, handle, None)
 
     async def _paginate(self, connector: Connector, handle: _Handle, start: str | None) -> None:
-        cid, run_id = connector.id, handle.run_id
+        cid = connector.id
         source = self._build_source(connector, resuming=start is not None)
         id_field = str(connector.source.get("id_field", "id"))
-        indexed = bool(getattr(self._indexer_for(connector), "indexed_on_commit", False))
+        indexed = self._indexed_on_commit(connector)
         pages = AsyncCursorPaginator(
-            _guard_resume(source, start),
+            _guard_resume(source, start, connector.retry_on_status),
             max_retries=connector.page_retries,
             backoff_factor=connector.page_retry_backoff,
             retry_on_status=tuple(connector.retry_on_status),
@@ -206,7 +236,19 @@ class SyncEngine:
                 docs = document_inputs(page.records, id_field)
                 yield _Prepared(page.next_cursor, docs, _checkpoint(source))
 
-        async for item in _read_ahead(prepared(), name=f"fetch:{cid}"):
+        reader = _read_ahead(prepared(), name=f"fetch:{cid}")
+        async with contextlib.aclosing(reader):
+            await self._commit_pages(connector, handle, reader, indexed)
+
+    async def _commit_pages(
+        self,
+        connector: Connector,
+        handle: _Handle,
+        items: AsyncIterator[_Prepared],
+        indexed: bool,
+    ) -> None:
+        cid, run_id = connector.id, handle.run_id
+        async for item in items:
             handle.waiting = None
             self._metrics.pages.inc()
             ids = await self._store.commit_page(
@@ -219,7 +261,14 @@ class SyncEngine:
                 indexed=indexed,
             )
             if ids and not indexed:
-                await self._queue.push(cid, ids)
+                try:
+                    await self._queue.push(cid, ids)
+                except SyncdError:
+                    # Committed as pending but not queued: have the queue rebuilt from the
+                    # store, or a re-sync would leave these unchanged documents unqueued.
+                    if self._on_push_failed is not None:
+                        self._on_push_failed()
+                    raise
             if self._on_change is not None:
                 await self._on_change()
             # On a graceful stop the token is set: the next fetch raises Aborted, but pages
@@ -278,7 +327,7 @@ class SyncEngine:
                 # Shielded: the final write must land even if shutdown cancels the run task.
                 await asyncio.shield(self._store.mutate_connector(cid, change))
                 break
-            except Fenced:
+            except (Fenced, NotFound):
                 log.info("run no longer current; final state not written", outcome=outcome)
                 return
             except SyncdError as exc:
@@ -311,7 +360,9 @@ class _Prepared:
     state: Mapping[str, Any]
 
 
-async def _read_ahead(items: AsyncIterator[_Prepared], *, name: str) -> AsyncIterator[_Prepared]:
+async def _read_ahead(
+    items: AsyncIterator[_Prepared], *, name: str
+) -> AsyncGenerator[_Prepared, None]:
     """Yield ``items`` while the next one is already being fetched and prepared.
 
     The paginator's own rules still decide every request (cancel token checked before each,
@@ -354,19 +405,30 @@ class _CursorRejected(SyncdError):
         self.status = status
 
 
-def _guard_resume(source: Source, resume_cursor: str | None) -> Callable[[str | None], Any]:
-    """``fetch_page`` that turns a 4xx answer to the resume cursor into ``_CursorRejected``."""
-    first = True
+#: 4xx answers that say nothing about the cursor: retried or failed, never a restart.
+_NOT_A_CURSOR_REJECTION = frozenset({401, 403, 407, 408, 429})
+
+
+def _guard_resume(
+    source: Source, resume_cursor: str | None, retry_on_status: Collection[int]
+) -> Callable[[str | None], Any]:
+    """``fetch_page`` that turns a 4xx answer to the resume cursor into ``_CursorRejected``
+    (until the first page arrives), except for statuses that are retried or that are about
+    credentials or rate limits rather than the cursor."""
+    resumed = False
 
     async def fetch(cursor: str | None) -> Page:
-        nonlocal first
-        was_first, first = first, False
-        if not (was_first and resume_cursor is not None):
+        nonlocal resumed
+        if resumed or resume_cursor is None or cursor != resume_cursor:
             return await source.fetch_page(cursor)
         try:
-            return await source.fetch_page(cursor)
+            page = await source.fetch_page(cursor)
         except ClientError as exc:
+            if exc.status in retry_on_status or exc.status in _NOT_A_CURSOR_REJECTION:
+                raise
             raise _CursorRejected(exc.status) from exc
+        resumed = True
+        return page
 
     return fetch
 

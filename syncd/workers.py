@@ -19,7 +19,7 @@ from typing import Any
 
 import structlog
 
-from syncd.errors import ConfigError, SyncdError
+from syncd.errors import SyncdError
 from syncd.indexers.base import Indexer
 from syncd.metrics import Metrics
 from syncd.models import Connector, ConnectorStatus, DocStatus, Document, new_id, utcnow
@@ -47,6 +47,7 @@ class Workers:
         lease_seconds: float = 300.0,
         poll_timeout: float = 1.0,
         on_change: Callable[[], Awaitable[None]] | None = None,
+        on_push_failed: Callable[[], None] | None = None,
     ) -> None:
         self._store = store
         self._queue = queue
@@ -58,6 +59,7 @@ class Workers:
         self._lease_seconds = lease_seconds
         self._poll_timeout = poll_timeout
         self._on_change = on_change
+        self._on_push_failed = on_push_failed
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = asyncio.Event()
         # connector id -> indexing tasks running now, so an abort can cancel them.
@@ -118,10 +120,15 @@ class Workers:
                 continue
             try:
                 await self._handle(batch)
-            except SyncdError as exc:
-                # The store is the truth: documents not recorded stay pending/running and
-                # come back through the lease sweeper or the next start's queue rebuild.
-                log.warning("batch not processed", connector_id=batch.connector_id, error=str(exc))
+            except Exception as exc:
+                # One batch never ends a worker. The store is the truth: the batch was handed
+                # back, and documents not recorded come back through the lease sweeper.
+                log.warning(
+                    "batch not processed",
+                    connector_id=batch.connector_id,
+                    error=str(exc),
+                    exc_info=not isinstance(exc, SyncdError),
+                )
                 await self._pause()
 
     async def _pause(self) -> None:
@@ -130,51 +137,57 @@ class Workers:
 
     async def _handle(self, batch: Batch) -> None:
         cid = batch.connector_id
-        connector = await self._store.get_connector(cid)
-        if connector is None or connector.status is ConnectorStatus.DELETING:
-            await self._queue.ack(batch)
-            return
-        try:
-            indexer = self._indexer_for(connector)
-        except ConfigError as exc:
-            # The documents stay pending: they are indexed once the indexer is known again
-            # (a plugin reinstalled, or the connector's indexer changed) and the daemon starts.
-            log.error("no indexer for connector", connector_id=cid, error=str(exc))
-            await self._queue.ack(batch)
-            return
         token = new_id()
-        now = utcnow()
+        indexer: Indexer | None = None
+        problem: str | None = None
         try:
+            connector = await self._store.get_connector(cid)
+            if connector is None or connector.status is ConnectorStatus.DELETING:
+                await self._queue.ack(batch)
+                return
+            try:
+                indexer = self._indexer_for(connector)
+            except Exception as exc:
+                # Unknown type (a plugin gone) or a factory that raised: the documents are
+                # failed with the reason, visible and re-queueable once it is fixed.
+                problem = f"Indexer unavailable: {exc}"[:500]
+            now = utcnow()
             docs = await self._store.claim_documents(
                 cid,
                 batch.external_ids,
                 lease_token=token,
                 lease_until=now + timedelta(seconds=self._lease_seconds),
                 now=now,
-                with_payload=getattr(indexer, "needs_payload", True),
+                with_payload=bool(getattr(indexer, "needs_payload", True)) and indexer is not None,
             )
-        except SyncdError:
-            # The claim may not have happened, or committed with its answer lost: give back
-            # what this token holds and put the batch back, or its documents would stay
-            # pending with no queue entry until the next start.
-            await self._release(cid, token)
-            try:
-                await self._queue.push(cid, batch.external_ids)
-                await self._queue.ack(batch)
-            except SyncdError as exc:
-                log.warning("batch not handed back", connector_id=cid, error=str(exc))
+        except Exception:
+            # Nothing was indexed: give back what this token may hold (a claim can commit
+            # with its answer lost) and the batch, or its documents would stay pending with
+            # no queue entry until the next start.
+            await self._hand_back(batch, token)
             raise
-        await self._queue.ack(batch)
-        if not docs:
+        if indexer is None:
+            await self._queue.ack(batch)
+            if docs:
+                log.error("no indexer for connector", connector_id=cid, error=problem)
+                failed = [(d.external_id, DocStatus.FAILED, problem) for d in docs]
+                await self._store.finish_documents(cid, token, failed, now=utcnow())
+                if self._on_change is not None:
+                    await self._on_change()
             return
+        if not docs:
+            await self._queue.ack(batch)
+            return
+        # Registered before any further await, so that an abort can always cancel it.
         task = asyncio.create_task(self._index_all(indexer, docs), name=f"index:{cid}")
         active = self._active.setdefault(cid, set())
         active.add(task)
         try:
+            await self._queue.ack(batch)
             # asyncio.wait does not propagate the task's own cancellation (an abort), only
             # this worker's.
             await asyncio.wait({task})
-        except asyncio.CancelledError:
+        except BaseException:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
@@ -191,6 +204,16 @@ class Workers:
         await self._store.finish_documents(cid, token, results, now=utcnow())
         if self._on_change is not None:
             await self._on_change()
+
+    async def _hand_back(self, batch: Batch, token: str) -> None:
+        await self._release(batch.connector_id, token)
+        try:
+            await self._queue.push(batch.connector_id, batch.external_ids)
+            await self._queue.ack(batch)
+        except SyncdError as exc:
+            log.warning("batch not handed back", connector_id=batch.connector_id, error=str(exc))
+            if self._on_push_failed is not None:
+                self._on_push_failed()
 
     async def _index_all(
         self, indexer: Indexer, docs: list[Document]
@@ -227,6 +250,8 @@ class Workers:
             await self._push(released)
         except SyncdError as exc:
             log.warning("could not release leases", connector_id=connector_id, error=str(exc))
+            if self._on_push_failed is not None:
+                self._on_push_failed()
 
     async def _push(self, pairs: list[tuple[str, str]]) -> None:
         by_connector: dict[str, list[str]] = {}
@@ -248,5 +273,10 @@ class Workers:
                 if released:
                     log.info("expired leases released", documents=len(released))
                     await self._push(released)
-            except SyncdError as exc:
-                log.warning("lease sweep failed", error=str(exc))
+            except Exception as exc:
+                # Released but maybe not queued: the rebuild re-pushes pending documents.
+                log.warning(
+                    "lease sweep failed", error=str(exc), exc_info=not isinstance(exc, SyncdError)
+                )
+                if self._on_push_failed is not None:
+                    self._on_push_failed()

@@ -20,8 +20,8 @@ class Indexer(Protocol):
     An indexer may set ``needs_payload = False`` when it does not read
     ``document.payload``: workers then claim documents without loading their payload. An
     indexer whose whole work is the store keeping the document sets ``indexed_on_commit =
-    True``: a crawl then marks documents indexed in the page's own transaction, and they never
-    pass through the queue.
+    True`` on its factory (class): a crawl then marks documents indexed in the page's own
+    transaction, and they never pass through the queue.
     """
 
     async def index(self, document: Document) -> None: ...

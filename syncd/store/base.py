@@ -60,9 +60,13 @@ class Store(Protocol):
         """Connectors ordered by id, ids greater than ``after``, optionally of one status."""
 
     async def mutate_connector(
-        self, connector_id: str, change: Change
+        self, connector_id: str, change: Change, *, fail_documents: str | None = None
     ) -> tuple[Connector, Connector]:
         """Atomically read the connector (row-locked), apply ``change``, write the result.
+
+        With ``fail_documents``, the connector's ``pending`` and ``running`` documents are
+        marked ``failed`` with that error in the same transaction (an abort: no run started
+        right after it can have its documents failed by it).
 
         Writes every field of the returned connector except ``id`` and ``created_at`` (the
         change sets ``updated_at``), inserts ``transition.start`` as a new run row, and applies

@@ -238,7 +238,7 @@ class PostgresStore:
         return [_connector(row) for row in rows]
 
     async def mutate_connector(
-        self, connector_id: str, change: Change
+        self, connector_id: str, change: Change, *, fail_documents: str | None = None
     ) -> tuple[Connector, Connector]:
         """Row-lock the connector, apply ``change``, write it and its run rows: one
         transaction. :class:`NotFound` if missing; :class:`NameConflict` on a rename
@@ -271,6 +271,14 @@ class PostgresStore:
                 for end in transition.ends:
                     await conn.execute(
                         sql.END_RUN, end.id, end.outcome.value, end.finished_at, end.error
+                    )
+                if fail_documents is not None:
+                    await conn.execute(
+                        sql.FAIL_DOCUMENTS,
+                        connector_id,
+                        [DocStatus.PENDING.value, DocStatus.RUNNING.value],
+                        fail_documents,
+                        after.updated_at,
                     )
         return before, after
 

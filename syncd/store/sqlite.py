@@ -232,7 +232,7 @@ class SQLiteStore:
         return [connector_from_row(r) for r in rows]
 
     async def mutate_connector(
-        self, connector_id: str, change: Change
+        self, connector_id: str, change: Change, *, fail_documents: str | None = None
     ) -> tuple[Connector, Connector]:
         """Atomically read the connector, apply ``change`` and write the result with its
         run rows (see :meth:`syncd.store.Store.mutate_connector`)."""
@@ -265,6 +265,16 @@ class SQLiteStore:
                         (end.outcome.value, encode_dt(end.finished_at), end.error, end.id)
                         for end in transition.ends
                     ],
+                )
+            if fail_documents is not None:
+                await db.execute(
+                    sql.FAIL_DOCUMENTS,
+                    (
+                        fail_documents,
+                        encode_dt(after.updated_at),
+                        dump_json([DocStatus.PENDING.value, DocStatus.RUNNING.value]),
+                        connector_id,
+                    ),
                 )
         return before, after
 

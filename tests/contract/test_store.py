@@ -281,6 +281,35 @@ async def test_mutate_connector_change_raises_nothing_written(store: Store) -> N
     assert got is not None and got.name == "after"
 
 
+async def test_mutate_connector_fails_documents_in_the_same_transaction(store: Store) -> None:
+    c = await add_connector(store)
+    run_id = await start_run(store, c.id)
+    await commit(store, c, run_id, ("p", 1), ("r", 1), ("i", 1))
+    await store.claim_documents(c.id, ["r", "i"], lease_token="L", lease_until=at(60), now=T0)
+    await store.finish_documents(c.id, "L", [("i", DocStatus.INDEXED, None)], now=at(1))
+
+    def stop(current: Connector) -> Transition:
+        return Transition(replace(current, updated_at=at(5)))
+
+    await store.mutate_connector(c.id, stop, fail_documents="Aborted")
+    got = {d.external_id: (d.status, d.error) for d in await store.list_documents(c.id)}
+    assert got == {
+        "p": (DocStatus.FAILED, "Aborted"),
+        "r": (DocStatus.FAILED, "Aborted"),
+        "i": (DocStatus.INDEXED, None),
+    }
+    # A refused change fails nothing.
+    await commit(store, c, run_id, ("q", 1), now_s=6)
+    with pytest.raises(Conflict):
+        await store.mutate_connector(
+            c.id,
+            lambda cur: (_ for _ in ()).throw(Conflict("No sync in progress")),
+            fail_documents="Aborted",
+        )
+    q = await store.get_document(c.id, "q")
+    assert q is not None and q.status is DocStatus.PENDING
+
+
 async def test_mutate_connector_missing_is_not_found(store: Store) -> None:
     def never(current: Connector) -> Transition:
         raise AssertionError("the change must not be called")
