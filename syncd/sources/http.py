@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
 from syncd.errors import SourceError
 from syncd.http.timeouts import positive_number, resolve_timeouts
 from syncd.http.transport import safe_url
+from syncd.logs import register_secret
 from syncd.models import Page
 from syncd.sources.base import SourceContext
 from syncd.sources.pagination import (
@@ -80,6 +81,7 @@ class HttpSource:
             str(k): _param_text(v) for k, v in dict(config.get("params") or {}).items()
         }
         self._headers: dict[str, str] = dict(config.get("headers") or {})
+        self._registered: set[str] = set()
         self._records_path: str | None = config.get("records")
         self._pagination = build_pagination(config.get("pagination"))
         self._max_pages: int | None = config.get("max_pages")
@@ -102,6 +104,14 @@ class HttpSource:
             return {}
         return {"since": self._since, "high_water": self._high_water}
 
+    def _register_secrets(self, values: Iterable[str]) -> None:
+        """Header values and resolved references are secrets: have the log redaction mask
+        them (once per value and source)."""
+        for value in values:
+            if value not in self._registered:
+                self._registered.add(value)
+                register_secret(value)
+
     async def fetch_page(self, cursor: str | None) -> Page:
         """Fetch the page at ``cursor`` (``None``: the first page)."""
         params: QueryParams = {k: resolve_refs(v) for k, v in self._params.items()}
@@ -109,6 +119,10 @@ class HttpSource:
             params[self._inc_param] = _param_text(self._since)
         url, query = self._pagination.request(cursor, self._url, params)
         headers = {k: _header_value(k, resolve_refs(v)) for k, v in self._headers.items()}
+        self._register_secrets(headers.values())
+        self._register_secrets(
+            str(params[k]) for k, v in self._params.items() if isinstance(v, str) and "${" in v
+        )
         response = await self._transport.request(
             "GET", url, params=query or None, headers=headers or None, timeout=self._timeouts
         )

@@ -19,6 +19,7 @@ import structlog
 from multidict import CIMultiDict
 from yarl import URL
 
+from syncd import logs
 from syncd.logs import (
     MASK,
     Redactor,
@@ -38,7 +39,15 @@ def logging_state() -> Iterator[None]:
     root = logging.getLogger()
     handlers, level = list(root.handlers), root.level
     config = structlog.get_config()
+    # Other tests (an HTTP source, the runner) register secrets process-wide: start from none.
+    registered = dict(logs._registry._values)
+    for value in registered:
+        logs._registry._values.pop(value)
+    logs._registry._compile()
     yield
+    logs._registry._values.clear()
+    logs._registry._values.update(registered)
+    logs._registry._compile()
     root.handlers[:] = handlers
     root.setLevel(level)
     structlog.configure(**config)
