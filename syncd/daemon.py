@@ -565,6 +565,19 @@ class Daemon:
                 await self._changed.wait()
         return counts
 
+    async def wait_connector(
+        self,
+        connector_id: str,
+        predicate: Callable[[Connector], bool],
+        timeout: float = 30.0,
+    ) -> Connector:
+        """Wait until the connector satisfies ``predicate`` (checked again whenever this
+        instance records a change: a page, a heartbeat, a wait, an abort)."""
+        async with asyncio.timeout(timeout), self._changed:
+            while not predicate(connector := await self.get_connector(connector_id)):
+                await self._changed.wait()
+        return connector
+
     async def wait_run(self, connector_id: str) -> None:
         """Wait until this instance's run of the connector (if any) has ended."""
         await self.engine.wait(connector_id)

@@ -308,6 +308,9 @@ class SyncEngine:
                 await self._report(handle)
             except SyncdError as exc:
                 log.warning("heartbeat failed", error=str(exc))
+            else:
+                if self._on_change is not None:
+                    await self._on_change()
 
     async def _end(self, handle: _Handle, outcome: str, error: str | None = None) -> None:
         """Write the run's final transition (fenced); a refused write is only logged."""

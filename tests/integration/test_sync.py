@@ -170,12 +170,8 @@ async def test_abort_during_backoff_and_visible_wait(daemon: Daemon, source: Sou
     # 429 is not retried by the transport, only by the paginator (it is listed).
     source.fail_next(429, times=10)
     await daemon.trigger_sync(c.id)
-    waiting = None
-    for _ in range(400):  # the heartbeat reports the wait as soon as it starts
-        waiting = (await daemon.get_connector(c.id)).waiting
-        if waiting is not None:
-            break
-        await asyncio.sleep(0.005)
+    # The heartbeat reports the wait as soon as it starts.
+    waiting = (await daemon.wait_connector(c.id, lambda c: c.waiting is not None)).waiting
     assert waiting is not None and waiting.reason == "backoff"
     started = time.perf_counter()
     await daemon.abort_sync(c.id)
