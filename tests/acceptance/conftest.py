@@ -26,6 +26,7 @@ import aiohttp
 import pytest
 
 from tests.integration.sourceserver import SourceServer
+from tests.tomlwriter import toml_text
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -53,28 +54,6 @@ def base_environ(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
     env.update(extra or {})
     return env
-
-
-def toml_text(sections: Mapping[str, Mapping[str, Any]]) -> str:
-    """A TOML document of flat tables (strings, numbers, booleans, lists of those)."""
-    lines: list[str] = []
-    for name, table in sections.items():
-        lines.append(f"[{name}]")
-        lines.extend(f"{key} = {_toml_value(value)}" for key, value in table.items())
-        lines.append("")
-    return "\n".join(lines)
-
-
-def _toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return repr(value)
-    if isinstance(value, str):
-        return json.dumps(value)  # a JSON string is a valid TOML basic string
-    if isinstance(value, list | tuple):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    raise TypeError(f"cannot write {value!r} as TOML")
 
 
 def http_source(server: SourceServer, **extra: Any) -> dict[str, Any]:

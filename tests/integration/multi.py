@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import signal
 import socket
@@ -27,6 +26,7 @@ from aiohttp import web
 from syncd.config import Config
 from syncd.daemon import Daemon
 from syncd.models import DocStatus
+from tests.tomlwriter import toml_text
 
 __all__ = [
     "HoldingReceiver",
@@ -273,28 +273,6 @@ class RedisServer:
 
 
 # --- syncd run as a subprocess ----------------------------------------------------------
-
-
-def _toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return repr(value)
-    if isinstance(value, str):
-        return json.dumps(value)  # a JSON string is a valid TOML basic string
-    if isinstance(value, list | tuple):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    raise TypeError(f"cannot write {value!r} as TOML")
-
-
-def toml_text(sections: Mapping[str, Mapping[str, Any]]) -> str:
-    """A TOML document of flat tables."""
-    lines: list[str] = []
-    for name, table in sections.items():
-        lines.append(f"[{name}]")
-        lines.extend(f"{key} = {_toml_value(value)}" for key, value in table.items())
-        lines.append("")
-    return "\n".join(lines)
 
 
 class NotifySocket:
