@@ -346,7 +346,8 @@ def _listen_check(value: Any) -> str:
     try:
         parse_listen(value)
     except ValueError as exc:
-        raise _Invalid(str(exc).removeprefix("expected ")) from None
+        detail = str(exc).removeprefix(f"expected {_LISTEN_SHAPE}").removeprefix(": ")
+        raise _Invalid(f"{_LISTEN_SHAPE} ({detail})" if detail else _LISTEN_SHAPE) from None
     return value
 
 

@@ -9,12 +9,19 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import croniter
+from croniter import CroniterBadDateError, CroniterError, croniter
 
 
 def is_valid(expression: str) -> bool:
-    """True for a valid five-field cron expression."""
-    return len(expression.split()) == 5 and bool(croniter.is_valid(expression))
+    """True for a valid five-field cron expression that fires at some time (``0 0 31 2 *``
+    parses, but never fires)."""
+    if len(expression.split()) != 5 or not croniter.is_valid(expression):
+        return False
+    try:
+        croniter(expression, datetime(2000, 1, 1, tzinfo=UTC)).get_next(datetime)
+    except (CroniterBadDateError, CroniterError, ValueError):
+        return False
+    return True
 
 
 def is_valid_timezone(name: str) -> bool:

@@ -214,7 +214,7 @@ class SyncEngine:
 
     async def _paginate(self, connector: Connector, handle: _Handle, start: str | None) -> None:
         cid = connector.id
-        source = self._build_source(connector, resuming=start is not None)
+        source = self._build_source(connector, resuming=start is not None, handle=handle)
         id_field = str(connector.source.get("id_field", "id"))
         indexed = self._indexed_on_commit(connector)
         pages = AsyncCursorPaginator(
@@ -233,6 +233,11 @@ class SyncEngine:
             # Runs in the read-ahead task: records become documents, and the source's state
             # is taken right after its page, while the previous page is being committed.
             async for page in pages:
+                # The wait (if any) that preceded this page is over; the next one, for the
+                # page after, may start while this one commits.
+                if handle.waiting is not None:
+                    handle.waiting = None
+                    handle.wake.set()  # show it at once, not at the next heartbeat
                 docs = document_inputs(page.records, id_field)
                 yield _Prepared(page.next_cursor, docs, _checkpoint(source))
 
@@ -249,7 +254,6 @@ class SyncEngine:
     ) -> None:
         cid, run_id = connector.id, handle.run_id
         async for item in items:
-            handle.waiting = None
             self._metrics.pages.inc()
             ids = await self._store.commit_page(
                 cid,
@@ -274,7 +278,9 @@ class SyncEngine:
             # On a graceful stop the token is set: the next fetch raises Aborted, but pages
             # already fetched are still committed first, so the run resumes after them.
 
-    def _build_source(self, connector: Connector, resuming: bool) -> Source:
+    def _build_source(
+        self, connector: Connector, resuming: bool, handle: _Handle | None = None
+    ) -> Source:
         kind = str(connector.source.get("type", "http"))
         factory = self._source_factory(kind)
         context = SourceContext(
@@ -282,6 +288,11 @@ class SyncEngine:
             transport=self._transport,
             state=dict(connector.source_state),
             resuming=resuming,
+            on_wait=(
+                (lambda reason, seconds: self._on_wait(handle, reason, seconds))
+                if handle is not None
+                else None
+            ),
         )
         return factory(connector.source, context)
 

@@ -53,8 +53,13 @@ async def _json_object(request: web.Request) -> dict[str, Any]:
     raw = await request.read()
     try:
         body = json.loads(raw, parse_constant=_reject_constant)
+        # Lone surrogates (``"\ud800"``) are valid JSON escapes but not text: refuse them
+        # here rather than fail when the store encodes the string.
+        json.dumps(body, ensure_ascii=False).encode("utf-8")
     except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, NaN/Infinity
         raise ValidationError({"body": f"Invalid JSON: {exc}"}) from None
+    except RecursionError:
+        raise ValidationError({"body": "Invalid JSON: nested too deeply"}) from None
     if not isinstance(body, dict):
         raise ValidationError({"body": MSG_NOT_OBJECT})
     return body
@@ -175,6 +180,7 @@ async def abort_sync(request: web.Request) -> web.Response:
 
 async def list_runs(request: web.Request) -> web.Response:
     """``GET /connectors/{id}/runs``."""
+    await _daemon(request).get_connector(_id(request))  # 404 before 422
     limit, cursor = _limit(request), _cursor(request)
     runs, next_cursor = await _listing(
         _daemon(request).list_runs(_id(request), limit=limit, cursor=cursor)
@@ -186,6 +192,7 @@ async def list_runs(request: web.Request) -> web.Response:
 
 async def list_documents(request: web.Request) -> web.Response:
     """``GET /connectors/{id}/documents``."""
+    await _daemon(request).get_connector(_id(request))  # 404 before 422
     status, limit, cursor = _status(request, DocStatus), _limit(request), _cursor(request)
     documents, next_cursor = await _listing(
         _daemon(request).list_documents(_id(request), status=status, limit=limit, cursor=cursor)

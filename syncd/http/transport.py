@@ -39,6 +39,7 @@ from syncd.errors import (
 )
 from syncd.http.retry_after import clamp_retry_after, parse_retry_after
 from syncd.http.timeouts import Timeouts, resolve_timeouts
+from syncd.models import WaitReason
 
 __all__ = [
     "DEFAULT_TIMEOUTS",
@@ -192,12 +193,14 @@ class Transport:
         # A per-request timeout configuration, not a deadline for the whole call.
         timeout: Timeouts | None = None,
         raise_for_status: bool = True,
+        on_wait: Callable[[WaitReason, float], None] | None = None,
     ) -> Response:
         """Send a request and read the whole response.
 
         Raises the errors listed in the module docstring. With ``raise_for_status=False`` a
         non-2xx answer is returned instead of raised (502/503/504 are still retried first
         when the method is idempotent); connection failures and timeouts always raise.
+        ``on_wait(reason, seconds)`` is told of each retry wait (so a sync can show it).
         """
         session = self._session
         if session is None:
@@ -228,8 +231,11 @@ class Transport:
                 retry_after = error.retry_after
             retry += 1
             delay = self.backoff(retry)
-            if retry_after is not None:
-                delay = max(delay, clamp_retry_after(retry_after))
+            reason = WaitReason.BACKOFF
+            if retry_after is not None and clamp_retry_after(retry_after) > delay:
+                delay, reason = clamp_retry_after(retry_after), WaitReason.RETRY_AFTER
+            if on_wait is not None and delay > 0:
+                on_wait(reason, delay)
             if self._on_retry is not None:
                 self._on_retry(error, retry)
             log.info(

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from syncd.models import Page
+from syncd.models import Page, WaitReason
 
 if TYPE_CHECKING:
     from syncd.http.transport import Transport
@@ -44,6 +44,9 @@ class SourceContext:
     state: Mapping[str, Any] = field(default_factory=dict)
     # True when this run resumes a previous, unfinished crawl from its checkpoint cursor.
     resuming: bool = False
+    # Told of every wait inside a fetch (a transport retry, a Retry-After), so that the
+    # connector shows what its run waits for; sources pass it to ``Transport.request``.
+    on_wait: Callable[[WaitReason, float], None] | None = None
 
 
 SourceFactory = Callable[[Mapping[str, Any], SourceContext], Source]

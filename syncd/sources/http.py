@@ -76,6 +76,7 @@ class HttpSource:
                 "invalid http source: " + "; ".join(f"{k}: {v}" for k, v in errors.items())
             )
         self._transport = context.transport
+        self._on_wait = context.on_wait
         self._url: str = config["url"]
         self._params: dict[str, str] = {
             str(k): _param_text(v) for k, v in dict(config.get("params") or {}).items()
@@ -124,7 +125,12 @@ class HttpSource:
             str(params[k]) for k, v in self._params.items() if isinstance(v, str) and "${" in v
         )
         response = await self._transport.request(
-            "GET", url, params=query or None, headers=headers or None, timeout=self._timeouts
+            "GET",
+            url,
+            params=query or None,
+            headers=headers or None,
+            timeout=self._timeouts,
+            on_wait=self._on_wait,
         )
         body = response.json()
         records = self._records(body, response.url)
@@ -228,8 +234,12 @@ def _check_url(url: Any, errors: dict[str, str]) -> None:
     if not isinstance(url, str):
         errors["source.url"] = "Must be a string"
         return
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
+    try:
+        parts = urlsplit(url)
+        valid = parts.scheme in ("http", "https") and bool(parts.hostname)
+    except ValueError:  # e.g. an unclosed IPv6 bracket
+        valid = False
+    if not valid:
         errors["source.url"] = "Must be an http:// or https:// URL"
 
 

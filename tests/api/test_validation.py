@@ -80,6 +80,8 @@ async def test_http_source_errors_name_the_source_field(api: Api) -> None:
         (b"\xff\xfe", "Invalid JSON: "),
         ("[1, 2]", "Must be a JSON object"),
         ('"text"', "Must be a JSON object"),
+        ('{"name": ' + "[" * 200_000 + "]" * 200_000 + "}", "Invalid JSON: "),
+        ('{"name": "a\\ud800b", "source": {"type": "feed"}}', "Invalid JSON: "),
     ],
 )
 async def test_bodies_that_are_not_a_json_object(
@@ -91,6 +93,27 @@ async def test_bodies_that_are_not_a_json_object(
         [(loc, msg)] = details(reply).items()
         assert loc == ("body",)
         assert msg.startswith(message_start), msg
+
+
+async def test_inputs_that_once_crashed_are_field_errors(api: Api) -> None:
+    reply = await api.post(
+        "/connectors",
+        {"name": "x", "source": {"type": "http", "url": "http://[::1/", "records": "data"}},
+    )
+    assert details(reply) == {("body", "source", "url"): "Must be an http:// or https:// URL"}
+    never = await api.post(
+        "/connectors", {"name": "x", "source": {"type": "feed"}, "sync_schedule": "0 0 31 2 *"}
+    )
+    assert details(never) == {("body", "sync_schedule"): "Must be a valid 5-field cron expression"}
+
+
+async def test_unknown_connector_is_404_before_query_errors(api: Api) -> None:
+    for path in (
+        f"/connectors/{MISSING}/runs?limit=abc",
+        f"/connectors/{MISSING}/documents?status=x",
+    ):
+        reply = await api.get(path)
+        assert (reply.status, reply.body) == (404, {"detail": "Connector not found"})
 
 
 async def test_patch_validation(api: Api) -> None:

@@ -337,3 +337,30 @@ async def test_graceful_stop_interrupts_and_next_start_resumes(
     assert source.cursors[before:] == ["page-2"]
     # Documents left pending by the first process are indexed by the second.
     await second.wait_documents(c.id, all_indexed(25))
+
+
+@pytest.mark.parametrize(
+    ("fields", "fail", "reason"),
+    [
+        ({"throttle_seconds": 30.0}, None, "throttle"),
+        ({}, (503, "20"), "retry_after"),  # waited by the transport's own retries
+    ],
+)
+async def test_every_wait_is_visible_and_abortable(
+    daemon: Daemon,
+    source: SourceServer,
+    fields: dict[str, Any],
+    fail: tuple[int, str] | None,
+    reason: str,
+) -> None:
+    c = await daemon.create_connector({"name": "items", "source": http_source(source), **fields})
+    if fail is not None:
+        source.fail_next(fail[0], times=10, retry_after=fail[1])
+    await daemon.trigger_sync(c.id)
+    shown = await daemon.wait_connector(c.id, lambda c: c.waiting is not None)
+    assert shown.waiting is not None and shown.waiting.reason == reason
+    started = time.perf_counter()
+    await daemon.abort_sync(c.id)
+    await daemon.wait_run(c.id)
+    assert time.perf_counter() - started < 0.2
+    assert (await daemon.get_connector(c.id)).waiting is None
