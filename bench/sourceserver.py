@@ -90,3 +90,25 @@ class SourceProcess:
         self._proc.terminate()
         self._proc.join(10)
         self._sock.close()
+
+
+def main() -> None:
+    """Serve a demo source in the foreground: ``python3 bench/sourceserver.py --port 9000``."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description="A local cursor-paginated JSON source.")
+    parser.add_argument("--port", type=int, default=9000)
+    parser.add_argument("--records", type=int, default=2500)
+    parser.add_argument("--page-size", type=int, default=100)
+    parser.add_argument("--record-size", type=int, default=300)
+    args = parser.parse_args()
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", args.port))
+    sock.listen(128)
+    print(f"serving {args.records} records at http://127.0.0.1:{args.port}/items")
+    _serve(sock, args.records, args.page_size, args.record_size)
+
+
+if __name__ == "__main__":
+    main()
