@@ -14,7 +14,15 @@ import pytest
 
 from syncd.daemon import Daemon
 from syncd.indexers.base import IndexerContext
-from syncd.models import ConnectorStatus, DocStatus, Document, Run, RunOutcome, SyncStatus
+from syncd.models import (
+    Connector,
+    ConnectorStatus,
+    DocStatus,
+    Document,
+    Run,
+    RunOutcome,
+    SyncStatus,
+)
 from tests.conftest import POSTGRES_ADMIN_DSN
 from tests.integration.conftest import http_source
 from tests.integration.multi import (
@@ -74,6 +82,17 @@ async def source() -> AsyncIterator[SourceServer]:
         yield server
 
 
+async def _sync_hung_on_page_1(daemon: Daemon, source: SourceServer) -> tuple[Connector, str]:
+    """A connector whose run has committed page 0 and hangs on page 1."""
+    c = await daemon.create_connector(
+        {"name": "items", "indexer": QUEUED, "source": http_source(source), "page_retries": 0}
+    )
+    source.hang_on("page-1")
+    run_id = await daemon.trigger_sync(c.id)
+    await source.requested("page-1").wait()
+    return c, run_id
+
+
 async def _last_run(daemon: Daemon, connector_id: str) -> Run:
     runs, _ = await daemon.list_runs(connector_id, limit=1)
     return runs[0]
@@ -107,12 +126,7 @@ async def test_postgres_connections_terminated_mid_sync(
     source: SourceServer,
 ) -> None:
     daemon = await start_daemon(redis_url, redis_prefix)
-    c = await daemon.create_connector(
-        {"name": "items", "indexer": QUEUED, "source": http_source(source), "page_retries": 0}
-    )
-    source.hang_on("page-1")
-    run_id = await daemon.trigger_sync(c.id)
-    await source.requested("page-1").wait()
+    c, run_id = await _sync_hung_on_page_1(daemon, source)
     # Page 0 is committed and indexed: every pooled connection is idle when cut (a cut
     # during a worker's claim is the next test).
     await daemon.wait_documents(c.id, lambda n: n[DocStatus.INDEXED] == 10)
@@ -150,12 +164,7 @@ async def test_postgres_outage_across_the_end_of_a_run(
     source: SourceServer,
 ) -> None:
     daemon = await start_daemon(redis_url, redis_prefix)
-    c = await daemon.create_connector(
-        {"name": "items", "indexer": QUEUED, "source": http_source(source), "page_retries": 0}
-    )
-    source.hang_on("page-1")
-    run_id = await daemon.trigger_sync(c.id)
-    await source.requested("page-1").wait()
+    c, run_id = await _sync_hung_on_page_1(daemon, source)
     await daemon.wait_documents(c.id, lambda n: n[DocStatus.INDEXED] == 10)
     database = postgres_dsn.rpartition("/")[2]
     admin = await asyncpg.connect(POSTGRES_ADMIN_DSN)
@@ -255,12 +264,7 @@ async def test_redis_restarted_mid_sync(
     private_redis: RedisServer, start_daemon: StartDaemon, source: SourceServer
 ) -> None:
     daemon = await start_daemon(private_redis.url, "syncd-faults")
-    c = await daemon.create_connector(
-        {"name": "items", "indexer": QUEUED, "source": http_source(source), "page_retries": 0}
-    )
-    source.hang_on("page-1")
-    run_id = await daemon.trigger_sync(c.id)
-    await source.requested("page-1").wait()
+    c, run_id = await _sync_hung_on_page_1(daemon, source)
     await daemon.wait_documents(c.id, lambda n: n[DocStatus.INDEXED] == 10)
 
     await private_redis.stop()
