@@ -68,6 +68,48 @@ async def make_daemon(tmp_path: Path) -> AsyncIterator[DaemonFactory]:
         await d.stop()
 
 
+BACKENDS = ["sqlite+memory", "postgres+redis"]
+
+
+@pytest.fixture(params=BACKENDS)
+async def make_any_daemon(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> AsyncIterator[DaemonFactory]:
+    """Like ``make_daemon``, once per backend pair: the embedded default, and PostgreSQL with
+    Redis (this test's own database and key prefix). Daemons built by one factory share the
+    backend, so two of them behave as two instances."""
+    made: list[Daemon] = []
+    base: dict[str, dict[str, Any]] = {}
+    if request.param == "postgres+redis":
+        dsn: str = request.getfixturevalue("postgres_dsn")
+        prefix: str = request.getfixturevalue("redis_prefix")
+        redis_url: str = request.getfixturevalue("redis_url")
+        base = {
+            "store": {"url": dsn, "pool_max_size": 10},
+            "queue": {"url": redis_url, "prefix": prefix},
+        }
+
+    def build(**sections: dict[str, Any]) -> Daemon:
+        merged = {k: dict(v) for k, v in base.items()}
+        for name, values in sections.items():
+            merged.setdefault(name, {}).update(values)
+        d = Daemon(embedded_config(tmp_path, **merged), serve_api=False)
+        made.append(d)
+        return d
+
+    yield build
+    for d in made:
+        await d.stop()
+
+
+@pytest.fixture
+async def any_daemon(make_any_daemon: DaemonFactory) -> Daemon:
+    """A started daemon, once per backend pair."""
+    d = make_any_daemon()
+    await d.start()
+    return d
+
+
 @pytest.fixture
 async def daemon(make_daemon: DaemonFactory) -> Daemon:
     d = make_daemon()
