@@ -72,22 +72,29 @@ BACKENDS = ["sqlite+memory", "postgres+redis"]
 
 
 @pytest.fixture(params=BACKENDS)
+def backend_sections(request: pytest.FixtureRequest) -> dict[str, dict[str, Any]]:
+    """Configuration sections of the parametrised backend pair: nothing for the embedded
+    default; this test's own PostgreSQL database and Redis key prefix otherwise."""
+    if request.param == "sqlite+memory":
+        return {}
+    # Requested only here, so the embedded cases never need a server.
+    dsn: str = request.getfixturevalue("postgres_dsn")
+    prefix: str = request.getfixturevalue("redis_prefix")
+    redis_url: str = request.getfixturevalue("redis_url")
+    return {
+        "store": {"url": dsn, "pool_max_size": 10},
+        "queue": {"url": redis_url, "prefix": prefix},
+    }
+
+
+@pytest.fixture
 async def make_any_daemon(
-    request: pytest.FixtureRequest, tmp_path: Path
+    backend_sections: dict[str, dict[str, Any]], tmp_path: Path
 ) -> AsyncIterator[DaemonFactory]:
-    """Like ``make_daemon``, once per backend pair: the embedded default, and PostgreSQL with
-    Redis (this test's own database and key prefix). Daemons built by one factory share the
-    backend, so two of them behave as two instances."""
+    """Like ``make_daemon``, once per backend pair (``backend_sections``). Daemons built by
+    one factory share the backend, so two of them behave as two instances."""
     made: list[Daemon] = []
-    base: dict[str, dict[str, Any]] = {}
-    if request.param == "postgres+redis":
-        dsn: str = request.getfixturevalue("postgres_dsn")
-        prefix: str = request.getfixturevalue("redis_prefix")
-        redis_url: str = request.getfixturevalue("redis_url")
-        base = {
-            "store": {"url": dsn, "pool_max_size": 10},
-            "queue": {"url": redis_url, "prefix": prefix},
-        }
+    base = backend_sections
 
     def build(**sections: dict[str, Any]) -> Daemon:
         merged = {k: dict(v) for k, v in base.items()}
