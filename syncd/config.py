@@ -7,6 +7,7 @@ offending key (``workers.concurrency``) or environment variable
 The ``[http]`` timeouts are the one exception to environment overrides: the HTTP transport
 reads ``SYNCD_HTTP_TIMEOUT_READ`` / ``SYNCD_HTTP_TIMEOUT_CONNECT`` itself at run time, where
 a bad value logs a warning and falls back instead of stopping the daemon.
+(``SYNCD_HTTP_BLOCK_PRIVATE_ADDRESSES`` is an ordinary override.)
 """
 
 from __future__ import annotations
@@ -97,10 +98,13 @@ class WorkersConfig:
 
 @dataclass(frozen=True)
 class HttpConfig:
-    """``[http]``: default source request timeouts (seconds)."""
+    """``[http]``: default source request timeouts (seconds), and the SSRF guard:
+    ``block_private_addresses`` refuses sources, webhooks and redirect targets on loopback,
+    private, link-local, unique-local, multicast/reserved or cloud metadata addresses."""
 
     timeout_read: float = 30.0
     timeout_connect: float = 5.0
+    block_private_addresses: bool = False
 
 
 @dataclass(frozen=True)
@@ -272,10 +276,14 @@ def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _int_key(minimum: int) -> _Key:
+def _int_key(minimum: int, maximum: int | None = None) -> _Key:
+    expected = (
+        f"an integer ≥ {minimum}" if maximum is None else f"an integer from {minimum} to {maximum}"
+    )
+
     def check(value: Any) -> int:
-        if not _is_int(value) or value < minimum:
-            raise _Invalid(f"an integer ≥ {minimum}")
+        if not _is_int(value) or value < minimum or (maximum is not None and value > maximum):
+            raise _Invalid(expected)
         return int(value)
 
     def from_text(text: str) -> object:
@@ -287,13 +295,22 @@ def _int_key(minimum: int) -> _Key:
     return _Key(check, from_text)
 
 
-def _number_key(minimum: float, *, strict: bool) -> _Key:
+def _number_key(minimum: float, *, strict: bool, maximum: float | None = None) -> _Key:
     expected = f"a number {'>' if strict else '≥'} {minimum:g}"
+    if maximum is not None:
+        expected += f" and ≤ {maximum:g}"
 
     def check(value: Any) -> float:
-        if not (_is_int(value) or isinstance(value, float)) or not math.isfinite(value):
+        if not (_is_int(value) or isinstance(value, float)):
+            raise _Invalid(expected)
+        # Compared before any conversion: float() of a huge TOML integer overflows.
+        if isinstance(value, float) and not math.isfinite(value):
             raise _Invalid(expected)
         if value < minimum or (strict and value == minimum):
+            raise _Invalid(expected)
+        if maximum is not None and value > maximum:
+            raise _Invalid(expected)
+        if _is_int(value) and value > 2**53:
             raise _Invalid(expected)
         return float(value)
 
@@ -322,6 +339,22 @@ def _choice_key(choices: tuple[str, ...]) -> _Key:
         return value.lower()
 
     return _Key(check, lambda text: text.strip())
+
+
+_TRUE = frozenset({"true", "1", "yes", "on"})
+_FALSE = frozenset({"false", "0", "no", "off"})
+
+
+def _bool_check(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise _Invalid("true or false")
+    return value
+
+
+def _bool_from_text(text: str) -> object:
+    # Environment spellings of a boolean; anything else is echoed back as invalid.
+    word = text.strip().lower()
+    return True if word in _TRUE else False if word in _FALSE else text
 
 
 def _status_list_check(value: Any) -> tuple[int, ...]:
@@ -401,12 +434,13 @@ _SCHEMA: dict[str, dict[str, _Key]] = {
     "http": {
         "timeout_read": _number_key(0, strict=True),
         "timeout_connect": _number_key(0, strict=True),
+        "block_private_addresses": _Key(_bool_check, _bool_from_text),
     },
     "log": {"level": _choice_key(LOG_LEVELS), "format": _choice_key(LOG_FORMATS)},
     "sync": {
-        "page_retries": _int_key(0),
-        "page_retry_backoff": _number_key(0, strict=False),
-        "throttle_seconds": _number_key(0, strict=False),
+        "page_retries": _int_key(0, 20),
+        "page_retry_backoff": _number_key(0, strict=False, maximum=3600),
+        "throttle_seconds": _number_key(0, strict=False, maximum=3600),
         "retry_on_status": _Key(_status_list_check, _status_list_from_text),
         "heartbeat_seconds": _number_key(0, strict=True),
     },
@@ -414,7 +448,7 @@ _SCHEMA: dict[str, dict[str, _Key]] = {
 }
 
 # The transport resolves these itself, with warning-and-fallback semantics (DESIGN.md §6).
-_NO_ENV_OVERRIDE = frozenset({"http"})
+_NO_ENV_OVERRIDE = frozenset({("http", "timeout_read"), ("http", "timeout_connect")})
 
 _URL_PASSWORD = re.compile(r"(://[^:/@\s]*:)[^@/\s]*@")
 
@@ -485,9 +519,9 @@ class _Builder:
 
     def _read_environ(self) -> None:
         for section, schema in _SCHEMA.items():
-            if section in _NO_ENV_OVERRIDE:
-                continue
             for key, spec in schema.items():
+                if (section, key) in _NO_ENV_OVERRIDE:
+                    continue
                 var = env_var(section, key)
                 text = self.environ.get(var)
                 if text is None:

@@ -15,6 +15,7 @@ import asyncio
 import base64
 import binascii
 import contextlib
+import secrets
 import socket
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
@@ -25,7 +26,7 @@ import structlog
 
 from syncd import rules, spec
 from syncd.config import Config
-from syncd.errors import ConfigError, Conflict, NotFound, SyncdError, ValidationError
+from syncd.errors import ConfigError, NotFound, SyncdError, ValidationError
 from syncd.http.transport import Timeouts, Transport, resolve_timeouts
 from syncd.indexers import BUILTIN_INDEXERS
 from syncd.indexers.base import Indexer, IndexerContext, IndexerFactory
@@ -44,6 +45,7 @@ from syncd.queue import WorkQueue, open_queue
 from syncd.scheduler import Scheduler
 from syncd.sources import BUILTIN_SOURCES
 from syncd.sources.base import SourceFactory
+from syncd.sources.secrets import register_connector_secrets
 from syncd.store import Store, open_store
 from syncd.sync import SyncEngine
 from syncd.workers import Workers
@@ -51,10 +53,21 @@ from syncd.workers import Workers
 log = structlog.get_logger("syncd.daemon")
 
 _ABORT = "abort"
+_CANCEL_INDEXING = "cancel_indexing"
+#: Bound on a queue call made while answering an abort or a delete (seconds).
+QUEUE_CALL_TIMEOUT = 1.0
+DELETED_ERROR = "Connector deleted"
+
+
+# The cursor of an empty value (a document stored with an empty id before ids were checked):
+# one character, which no base64 text is, so it stands for nothing else.
+_EMPTY_CURSOR = "~"
 
 
 def encode_cursor(value: str) -> str:
-    """An opaque list cursor for ``value``."""
+    """An opaque, non-empty list cursor for ``value``."""
+    if not value:
+        return _EMPTY_CURSOR
     return base64.urlsafe_b64encode(value.encode()).decode().rstrip("=")
 
 
@@ -62,6 +75,8 @@ def decode_cursor(cursor: str | None) -> str | None:
     """The value behind a cursor from :func:`encode_cursor`; 422 on anything else."""
     if cursor is None:
         return None
+    if cursor == _EMPTY_CURSOR:
+        return ""
     try:
         padded = (cursor + "=" * (-len(cursor) % 4)).encode()
         value = base64.b64decode(padded, altchars=b"-_", validate=True).decode()
@@ -85,6 +100,9 @@ class Daemon:
     ) -> None:
         self.config = config or Config()
         self.instance_id = instance_id or self.config.daemon.instance_id or new_id()
+        # Which process incarnation owns a run: an instance id may be fixed in the
+        # configuration, so a run orphaned by a crash must not look owned after a restart.
+        self.owner = self._new_owner()
         self.metrics = Metrics()
         self._api_sockets = list(api_sockets)
         self._serve_api = serve_api
@@ -98,6 +116,10 @@ class Daemon:
         # benchmark, embedding apps) can wait for a condition instead of polling.
         self._changed = asyncio.Condition()
         self._rebuild = asyncio.Event()
+        # Connectors whose queue entries an abort or a delete could not purge (the queue was
+        # unreachable): purged before the next rebuild. Meanwhile their entries are harmless,
+        # since claiming a document is a compare-and-set on `pending`.
+        self._owed_purges: set[str] = set()
         self.api_runner: Any = None
         self.store: Store
         self.queue: WorkQueue
@@ -163,6 +185,7 @@ class Daemon:
         factory = self._indexers.get(kind)
         if factory is None:
             raise ConfigError("indexer.type", f"unknown indexer type {kind!r}")
+        register_connector_secrets({}, connector.indexer)
         indexer = factory(connector.indexer, IndexerContext(connector.id, self.transport))
         self._indexer_cache[connector.id] = (key, indexer)
         return indexer
@@ -181,9 +204,13 @@ class Daemon:
     ) -> None:
         await self.stop()
 
+    def _new_owner(self) -> str:
+        return f"{self.instance_id}/{secrets.token_hex(3)}"
+
     async def start(self) -> None:
         """Open the backends and start every component on the running loop."""
         cfg = self.config
+        self.owner = self._new_owner()
         self._load_entry_points()
         store_options: dict[str, Any] = {}
         if cfg.store.url.startswith(("postgresql://", "postgres://")):
@@ -205,6 +232,7 @@ class Daemon:
             self.transport = Transport(
                 timeouts=timeouts,
                 on_retry=lambda exc, attempt: self.metrics.transport_retries.inc(),
+                block_private_addresses=cfg.http.block_private_addresses,
             )
             await self.transport.open()
         except BaseException:
@@ -236,7 +264,7 @@ class Daemon:
         self.scheduler = Scheduler(
             store=self.store,
             start_run=self.engine.start,
-            owner=self.instance_id,
+            owner=self.owner,
             tick_seconds=cfg.scheduler.tick_seconds,
             stale_lock_seconds=cfg.scheduler.stale_lock_seconds,
         )
@@ -244,6 +272,7 @@ class Daemon:
         # address taken, the store gone) leaves nothing running behind the exception.
         self._started = True
         try:
+            await self._register_stored_secrets()
             await self._rebuild_queue()
             await self._resume_cascades()
             self.workers.start()
@@ -261,7 +290,9 @@ class Daemon:
         except BaseException:
             await self.stop()
             raise
-        log.info("syncd started", instance_id=self.instance_id, api=self.api_address)
+        log.info(
+            "syncd started", instance_id=self.instance_id, owner=self.owner, api=self.api_address
+        )
 
     async def stop(self, grace: float | None = None) -> None:
         """Stop in reverse order; runs are interrupted at their next page boundary."""
@@ -354,11 +385,57 @@ class Daemon:
             await self._rebuild.wait()
             self._rebuild.clear()
             try:
+                await self._pay_owed_purges()
                 await self._rebuild_queue()
             except SyncdError as exc:
                 log.warning("queue not rebuilt yet; retrying", error=str(exc))
                 self._rebuild.set()
                 await asyncio.sleep(1.0)
+
+    async def _purge(self, connector_id: str) -> None:
+        """Drop the connector's queue entries now, or as soon as the queue answers: an abort
+        or a delete never waits on the queue (the store already decided)."""
+        try:
+            await asyncio.wait_for(self.queue.purge(connector_id), QUEUE_CALL_TIMEOUT)
+        except (SyncdError, TimeoutError) as exc:
+            log.warning(
+                "queue purge deferred until the queue answers",
+                connector_id=connector_id,
+                error=str(exc) or type(exc).__name__,
+            )
+            self._owed_purges.add(connector_id)
+            self._request_rebuild()
+
+    async def _pay_owed_purges(self) -> None:
+        # The rebuild that follows re-pushes every pending document, so a purge that lands
+        # after a new run enqueued documents loses none of them.
+        for cid in list(self._owed_purges):
+            await self.queue.purge(cid)
+            self._owed_purges.discard(cid)
+
+    async def _broadcast(self, message: Mapping[str, str]) -> None:
+        """Tell every other instance; a lost message is covered by the store polls (a run's
+        heartbeat, the workers' lease renewal)."""
+        try:
+            await asyncio.wait_for(self.queue.publish(message), QUEUE_CALL_TIMEOUT)
+        except (SyncdError, TimeoutError) as exc:
+            log.warning(
+                "broadcast failed",
+                message_type=message.get("type"),
+                connector_id=message.get("connector_id"),
+                error=str(exc) or type(exc).__name__,
+            )
+
+    async def _register_stored_secrets(self) -> None:
+        """Every stored connector's secrets are masked before anything logs or runs."""
+        after: str | None = None
+        while True:
+            rows = await self.store.list_connectors(limit=100, after=after)
+            for c in rows:
+                register_connector_secrets(c.source, c.indexer)
+            if len(rows) < 100:
+                return
+            after = rows[-1].id
 
     async def _resume_cascades(self) -> None:
         after: str | None = None
@@ -375,10 +452,17 @@ class Daemon:
     async def _listen(self) -> None:
         """Apply control messages from every instance (this one included)."""
         async for message in self.queue.messages():
-            if message.get("type") == _ABORT:
-                cid = message.get("connector_id", "")
-                self.workers.cancel_connector(cid)
+            kind = message.get("type")
+            cid = message.get("connector_id", "")
+            if kind == _ABORT:
                 self.engine.abort_local(cid, message.get("run_id") or None)
+            if kind in (_ABORT, _CANCEL_INDEXING):
+                # Cancels only indexing whose documents the store took away, so a late
+                # message never touches documents of a run claimed after it.
+                try:
+                    await self.workers.cancel_connector(cid)
+                except SyncdError as exc:
+                    log.warning("indexing not cancelled", connector_id=cid, error=str(exc))
 
     async def _refresh_metrics(self) -> None:
         while True:
@@ -421,6 +505,7 @@ class Daemon:
         now = utcnow()
         connector = Connector(id=new_id(), created_at=now, updated_at=now, **fields)
         connector = replace(connector, next_run_at=rules.next_run_at(connector, now))
+        register_connector_secrets(connector.source, connector.indexer)
         return await self.store.create_connector(connector)
 
     async def get_connector(self, connector_id: str) -> Connector:
@@ -451,6 +536,7 @@ class Daemon:
         changes = spec.parse_patch(
             body, source_types=self.source_types, indexer_types=self.indexer_types
         )
+        register_connector_secrets(changes.get("source") or {}, changes.get("indexer") or {})
         now = utcnow()
         _, after = await self.store.mutate_connector(
             connector_id, lambda c: rules.patch(c, changes, now=now)
@@ -461,9 +547,14 @@ class Daemon:
     async def delete_connector(self, connector_id: str) -> None:
         """Mark ``deleting`` and cascade in the background (idempotent while deleting)."""
         now = utcnow()
+        # Its documents leave `pending`/`running` in the same transaction, so that indexing
+        # in flight anywhere is cancelled (below, and by the lease renewal of each instance).
         before, _ = await self.store.mutate_connector(
-            connector_id, lambda c: rules.begin_delete(c, now=now)
+            connector_id, lambda c: rules.begin_delete(c, now=now), fail_documents=DELETED_ERROR
         )
+        await self.workers.cancel_connector(connector_id)
+        if before.status is not ConnectorStatus.DELETING:
+            await self._broadcast({"type": _CANCEL_INDEXING, "connector_id": connector_id})
         if before.status is not ConnectorStatus.DELETING or connector_id not in self._cascades:
             self._start_cascade(connector_id)
 
@@ -475,10 +566,10 @@ class Daemon:
 
     async def _cascade(self, connector_id: str) -> None:
         try:
-            await self.queue.purge(connector_id)
             await self.store.delete_connector(connector_id)
             self._indexer_cache.pop(connector_id, None)
             log.info("connector deleted", connector_id=connector_id)
+            await self._purge(connector_id)
         except SyncdError as exc:
             # Left as `deleting`: the next start (or DELETE) resumes the cascade.
             log.error("delete cascade failed", connector_id=connector_id, error=str(exc))
@@ -502,7 +593,7 @@ class Daemon:
         now = utcnow()
         _, after = await self.store.mutate_connector(
             connector_id,
-            lambda c: rules.trigger(c, run_id=run_id, owner=self.instance_id, now=now),
+            lambda c: rules.trigger(c, run_id=run_id, owner=self.owner, now=now),
         )
         self.engine.start(after, "manual")
         return run_id
@@ -510,36 +601,24 @@ class Daemon:
     async def abort_sync(self, connector_id: str) -> str | None:
         """Abort the running sync wherever it runs; returns the aborted run id.
 
-        The connector's queue entries are purged; then one transaction sets `idle` (clearing
-        the run id, which fences the run's later writes) and fails its pending and running
-        documents with `Aborted`, so that no run claimed after it can have its documents
-        failed by it; then indexing tasks are cancelled and the run's cancel token set, here
-        and, by broadcast, in every other instance.
+        Decided in the store: one transaction sets `idle` (clearing the run id, which fences
+        the run's later writes) and fails its pending and running documents with `Aborted`,
+        so that no run claimed after it can have its documents failed by it. Then the run's
+        cancel token is set and its indexing cancelled, here and, by broadcast, in every other
+        instance; the queue entries are purged (later, if the queue does not answer).
         """
-        current = await self.get_connector(connector_id)
-        rules.check_abort(current)
-        await self.queue.purge(connector_id)
         now = utcnow()
-        try:
-            before, _ = await self.store.mutate_connector(
-                connector_id, lambda c: rules.abort(c, now=now), fail_documents=ABORTED_ERROR
-            )
-        except Conflict:
-            # The run ended between the check and the abort: its pending documents lost
-            # their queue entries to the purge.
-            self._request_rebuild()
-            raise
+        before, _ = await self.store.mutate_connector(
+            connector_id, lambda c: rules.abort(c, now=now), fail_documents=ABORTED_ERROR
+        )
         run_id = before.run_id
-        # Local first (no round trip), then every other instance.
-        self.workers.cancel_connector(connector_id)
+        # Local first (no round trip), then the queue, whose failures never undo the abort.
         self.engine.abort_local(connector_id, run_id)
-        try:
-            await self.queue.publish(
-                {"type": _ABORT, "connector_id": connector_id, "run_id": run_id or ""}
-            )
-        except SyncdError as exc:
-            # The run's heartbeat poll sees the cleared run id within a second anyway.
-            log.warning("abort broadcast failed", connector_id=connector_id, error=str(exc))
+        await self.workers.cancel_connector(connector_id)
+        await self._purge(connector_id)
+        await self._broadcast(
+            {"type": _ABORT, "connector_id": connector_id, "run_id": run_id or ""}
+        )
         trigger = "manual"
         with contextlib.suppress(SyncdError):
             run = await self.store.get_run(run_id) if run_id else None

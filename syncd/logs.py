@@ -9,6 +9,12 @@ and rendered tracebacks alike.
 
 Values bound with :mod:`structlog.contextvars` (``connector_id``, ``run_id``) are merged into
 every line, including lines logged by libraries through stdlib :mod:`logging`.
+
+Database and queue driver loggers (:data:`DRIVER_LOGGERS`: aiosqlite, asyncpg, redis) are
+capped at INFO whatever ``log.level`` says: at DEBUG they print every statement with its
+parameters (connector sources and headers among them), which no redaction can be trusted to
+catch. :func:`redact` is the same redaction as a plain function, for error texts that leave
+the daemon through the API rather than the log.
 """
 
 from __future__ import annotations
@@ -29,9 +35,11 @@ import structlog
 from structlog.typing import EventDict, Processor, WrappedLogger
 
 __all__ = [
+    "DRIVER_LOGGERS",
     "MASK",
     "Redactor",
     "configure_logging",
+    "redact",
     "redact_text",
     "register_secret",
     "set_level",
@@ -53,6 +61,11 @@ _LEVELS = {
     "critical": logging.CRITICAL,
 }
 _FORMATS = ("auto", "json", "console")
+
+#: Loggers of database and queue drivers, never allowed below INFO: at DEBUG they log SQL
+#: and command parameters (aiosqlite prints each call with its arguments).
+DRIVER_LOGGERS = ("aiosqlite", "asyncpg", "redis")
+_DRIVER_FLOOR = logging.INFO
 _HANDLER_NAME = "syncd"
 
 # Keys whose values the processors themselves produce: never rewritten.
@@ -160,9 +173,20 @@ def unregister_secret(value: str) -> None:
     _registry.remove(value)
 
 
+def redact(text: str) -> str:
+    """``text`` with every registered secret and recognisable credential masked.
+
+    The redaction every log line gets (registered secrets in all their encoded forms,
+    ``Bearer``/``Basic`` credentials, URL passwords, ``password=...`` pairs): pass error texts
+    through it before they are stored or returned (``last_error``, a run's or a document's
+    error).
+    """
+    return _DEFAULT_REDACTOR.redact(text)
+
+
 def redact_text(text: str) -> str:
-    """``text`` with every registered secret and recognisable credential masked."""
-    return Redactor().redact(text)
+    """Same as :func:`redact` (the older name)."""
+    return _DEFAULT_REDACTOR.redact(text)
 
 
 class Redactor:
@@ -239,6 +263,10 @@ class Redactor:
             else:
                 out[key] = self._redact_item(key, value, 0)
         return out
+
+
+# Holds no secrets of its own: it reads the registry at each call.
+_DEFAULT_REDACTOR = Redactor()
 
 
 class _ForeignRedactor:
@@ -335,8 +363,17 @@ def _is_tty(stream: TextIO) -> bool:
 
 
 def set_level(level: str) -> None:
-    """Change the level of every syncd and library logger (used on SIGHUP)."""
-    logging.getLogger().setLevel(_parse_level(level))
+    """Change the level of every syncd and library logger (used on SIGHUP); driver loggers
+    stay at INFO or above (:data:`DRIVER_LOGGERS`)."""
+    _apply_level(_parse_level(level))
+
+
+def _apply_level(numeric_level: int) -> None:
+    logging.getLogger().setLevel(numeric_level)
+    # An explicit level on the driver loggers: the root's DEBUG must not reach them. Set
+    # whatever the level, so that a later reload from debug to warning lowers them too.
+    for name in DRIVER_LOGGERS:
+        logging.getLogger(name).setLevel(max(numeric_level, _DRIVER_FLOOR))
 
 
 def configure_logging(
@@ -357,6 +394,9 @@ def configure_logging(
     When ``stream`` is the journal (``$JOURNAL_STREAM`` names it), each line starts with a
     ``<N>`` syslog priority, which journald strips and stores, so ``journalctl -p err``
     filters by level.
+
+    The driver loggers (:data:`DRIVER_LOGGERS`) never go below INFO, even at ``"debug"``:
+    their debug lines carry SQL parameters (connector configurations, header values).
     """
     numeric_level = _parse_level(level)
     if fmt not in _FORMATS:
@@ -412,4 +452,4 @@ def configure_logging(
     for old in [h for h in root.handlers if h.get_name() == _HANDLER_NAME]:
         root.removeHandler(old)
     root.addHandler(handler)
-    root.setLevel(numeric_level)
+    _apply_level(numeric_level)

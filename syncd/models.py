@@ -7,17 +7,19 @@ which the store writes back atomically. Timestamps are timezone-aware UTC dateti
 from __future__ import annotations
 
 import hashlib
+import json
+import math
 import os
+import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
+from datetime import time as time_of_day
 from enum import StrEnum
 from typing import Any
 
 import orjson
-
-from syncd.errors import SourceError
 
 
 class ConnectorStatus(StrEnum):
@@ -182,14 +184,30 @@ class Run:
     documents_enqueued: int = 0
     error: str | None = None
     owner: str | None = None
+    documents_rejected: int = 0
+    rejections: tuple[Rejection, ...] = ()
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """A record of a crawled page that did not become a document, and why.
+
+    ``record`` is the record's index in its page; ``page`` is the run's page number (from 1),
+    set by the store when it keeps the rejection in the run's sample.
+    """
+
+    record: int | str
+    reason: str
+    page: int | None = None
 
 
 @dataclass(frozen=True)
 class DocumentInput:
     """A document produced by a crawl, before it reaches the store.
 
-    ``payload_json`` is the payload's canonical JSON text, computed once for the hash and
-    reused by the store so that a page is serialised exactly once.
+    ``payload_json`` is the payload's canonical JSON text (:func:`canonical_json`), computed
+    once for the hash and stored as it is, so that a page is serialised exactly once.
     """
 
     external_id: str
@@ -200,7 +218,11 @@ class DocumentInput:
 
 @dataclass(frozen=True)
 class Document:
-    """A document as kept in the store. ``payload`` is ``None`` unless it was asked for."""
+    """A document as kept in the store. ``payload`` is ``None`` unless it was asked for.
+
+    ``payload_json`` is the stored JSON text of the payload (with ``payload``): the API
+    embeds it as it is, so that nothing is lost to a re-encoding.
+    """
 
     connector_id: str
     external_id: str
@@ -214,6 +236,7 @@ class Document:
     payload: Any = None
     lease_token: str | None = None
     lease_until: datetime | None = None
+    payload_json: str | None = field(default=None, compare=False, repr=False)
 
 
 DocumentCounts = Mapping[DocStatus, int]
@@ -243,35 +266,188 @@ def new_id() -> str:
 
 _JSON_OPTIONS = orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS
 
+MAX_EXTERNAL_ID_BYTES = 512
+"""The longest external id, in UTF-8 bytes: it fits a PostgreSQL index entry and its list
+cursor fits the API's cursor length limit on every backend."""
+
+MAX_REJECTIONS = 10
+"""How many rejected records a run keeps as a sample (all of them are counted)."""
+
+
+class PayloadError(ValueError):
+    """A payload that cannot be stored as JSON text (NaN, infinity, a lone surrogate, a
+    nesting too deep, an integer too long to write)."""
+
 
 def _default(value: Any) -> str:
     return str(value)
 
 
+def _default_exact(value: Any) -> str:
+    # Dates as orjson writes them, so that both paths agree where they can.
+    if isinstance(value, datetime | date | time_of_day):
+        return value.isoformat()
+    return str(value)
+
+
+# The exact path, for what orjson refuses: integers beyond 64 bits (Python ints keep every
+# digit), lone surrogates (then refused when encoded), nesting deeper than orjson allows.
+_EXACT = json.JSONEncoder(
+    sort_keys=True,
+    separators=(",", ":"),
+    ensure_ascii=False,
+    allow_nan=False,
+    default=_default_exact,
+)
+
+
 def canonical_json(payload: Any) -> bytes:
-    """The payload as compact JSON with sorted keys (values JSON cannot represent are
-    written as strings)."""
-    return orjson.dumps(payload, option=_JSON_OPTIONS, default=_default)
+    """The payload's canonical JSON text (UTF-8): compact, keys sorted, non-ASCII kept,
+    control characters (NUL included) escaped, integers of any size with every digit.
+
+    orjson writes it; only what orjson refuses (an integer beyond 64 bits, say) goes through
+    an exact stdlib path. Values JSON has no type for (a plugin's ``datetime``, ``set`` …)
+    are written as strings. :class:`PayloadError` when the payload cannot be JSON text at
+    all: NaN or infinity, a lone surrogate, nesting too deep.
+    """
+    try:
+        blob = orjson.dumps(payload, option=_JSON_OPTIONS, default=_default)
+    except TypeError:  # orjson.JSONEncodeError
+        return _exact_json(payload)
+    # orjson writes NaN and infinity as null: look for them only when a null was written.
+    if b"null" in blob and not _all_finite(payload):
+        raise PayloadError("NaN and infinity are not JSON numbers")
+    return blob
+
+
+def _exact_json(payload: Any) -> bytes:
+    try:
+        return _EXACT.encode(payload).encode("utf-8")
+    except RecursionError:
+        raise PayloadError("nested too deeply") from None
+    except UnicodeEncodeError:
+        raise PayloadError("text is not valid Unicode (a lone surrogate)") from None
+    except (ValueError, TypeError) as exc:
+        raise PayloadError(str(exc)) from None
+
+
+def _all_finite(value: Any) -> bool:
+    """No NaN or infinity anywhere in ``value`` (orjson would write them as null)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        children: Any
+        if isinstance(item, dict):
+            children = item.values()
+        elif isinstance(item, list | tuple):
+            children = item
+        else:
+            if isinstance(item, float) and not math.isfinite(item):
+                return False
+            continue
+        for child in children:
+            kind = type(child)
+            if kind is str or kind is int or child is None or kind is bool:
+                continue  # the usual scalars, without a trip through the stack
+            if kind is float:
+                if not math.isfinite(child):
+                    return False
+            else:
+                stack.append(child)
+    return True
+
+
+# 19 digits in a row may be an integer beyond 64 bits, which orjson would read as a float.
+_LONG_NUMBER = re.compile(r"[0-9]{19}", re.ASCII)
+
+
+def parse_json(text: str | bytes) -> Any:
+    """Parse JSON text exactly: integers of any size stay integers (orjson when the text
+    holds no long number, the stdlib parser otherwise)."""
+    if _LONG_NUMBER.search(text if isinstance(text, str) else text.decode("utf-8")):
+        return json.loads(text)
+    return orjson.loads(text)
 
 
 def content_hash(payload: Any) -> str:
-    """A stable hash of a JSON-serialisable payload (key order does not matter)."""
+    """A stable hash of a JSON-serialisable payload (key order does not matter): SHA-256
+    of :func:`canonical_json`."""
     return hashlib.sha256(canonical_json(payload)).hexdigest()
 
 
+def external_id_of(record: Any, path: Sequence[str]) -> str:
+    """The external id of a record: the value at ``path``, a non-empty string or an integer
+    (written in decimal). :class:`ValueError` with the reason otherwise."""
+    name = ".".join(path)
+    if not isinstance(record, Mapping):
+        raise ValueError("record is not an object")
+    value: Any = record
+    for part in path:
+        if not isinstance(value, Mapping) or part not in value:
+            raise ValueError(f"id field {name!r} is missing")
+        value = value[part]
+    if isinstance(value, bool):
+        raise ValueError(f"id field {name!r} is a boolean")
+    if isinstance(value, int):
+        try:
+            text = str(int(value))
+        except ValueError:  # beyond Python's digit limit for int -> str
+            raise ValueError(
+                f"id field {name!r} is longer than {MAX_EXTERNAL_ID_BYTES} bytes"
+            ) from None
+    elif isinstance(value, str):
+        text = value
+        if not text:
+            raise ValueError(f"id field {name!r} is an empty string")
+    else:
+        raise ValueError(f"id field {name!r} is {_kind(value)}")
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise ValueError(f"id field {name!r} is not valid Unicode (a lone surrogate)") from None
+    if "\x00" in text:
+        # PostgreSQL text cannot hold NUL; refused everywhere so that backends agree.
+        raise ValueError(f"id field {name!r} contains a NUL character")
+    if size > MAX_EXTERNAL_ID_BYTES:
+        raise ValueError(f"id field {name!r} is longer than {MAX_EXTERNAL_ID_BYTES} bytes")
+    return text
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, float):
+        return "a number that is not an integer"
+    if isinstance(value, Mapping):
+        return "an object"
+    if isinstance(value, list | tuple):
+        return "an array"
+    return f"of type {type(value).__name__}"
+
+
 def document_inputs(
-    records: Sequence[Mapping[str, Any]], id_field: str = "id"
-) -> list[DocumentInput]:
-    """Turn records into documents keyed by ``id_field`` (dotted path allowed)."""
+    records: Sequence[Any], id_field: str = "id"
+) -> tuple[list[DocumentInput], list[Rejection]]:
+    """Turn a page's records into documents keyed by ``id_field`` (dotted path allowed).
+
+    Returns the documents and the records rejected, each with its index in the page and a
+    reason: a record without a usable id (:func:`external_id_of`) or whose payload cannot
+    be stored (:class:`PayloadError`). A rejected record never fails the page.
+    """
     path = id_field.split(".")
     sha256 = hashlib.sha256
     out: list[DocumentInput] = []
-    for rec in records:
-        value: Any = rec
-        for part in path:
-            if not isinstance(value, Mapping) or part not in value:
-                raise SourceError(f"record has no id field {id_field!r}")
-            value = value[part]
-        blob = canonical_json(rec)
-        out.append(DocumentInput(str(value), rec, sha256(blob).hexdigest(), blob.decode()))
-    return out
+    rejected: list[Rejection] = []
+    for index, rec in enumerate(records):
+        try:
+            external_id = external_id_of(rec, path)
+        except ValueError as exc:
+            rejected.append(Rejection(index, str(exc)))
+            continue
+        try:
+            blob = canonical_json(rec)
+        except PayloadError as exc:
+            rejected.append(Rejection(index, f"payload cannot be stored: {exc}"[:200]))
+            continue
+        out.append(DocumentInput(external_id, rec, sha256(blob).hexdigest(), blob.decode()))
+    return out, rejected

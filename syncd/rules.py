@@ -58,6 +58,57 @@ _PATCHABLE = frozenset(
 )
 
 
+# --- crawl state: the source's marks (e.g. an incremental high-water mark) -------------
+#
+# ``Connector.source_state`` holds two states of the source: ``completed``, as of the last
+# crawl that completed, and ``crawl``, the checkpoint of the crawl in progress (saved with
+# each committed page). A fresh crawl starts from ``completed``; a resumed one from ``crawl``;
+# only a completed crawl promotes ``crawl`` to ``completed``. So a crawl that fails and then
+# starts over (its resume cursor rejected) never uses its own partial mark, which would skip
+# the records it had not reached. ``reset`` says why the next run starts over.
+
+STATE_COMPLETED = "completed"
+STATE_CRAWL = "crawl"
+STATE_RESET = "reset"
+RESET_SOURCE_CHANGED = "source changed"
+
+
+def crawl_states(c: Connector) -> tuple[Mapping[str, Any], Mapping[str, Any]]:
+    """``(completed, in_progress)`` source states of the connector.
+
+    A state written before crawls were tracked (a flat mapping) is taken as both.
+    """
+    s = c.source_state
+    if STATE_COMPLETED in s or STATE_CRAWL in s or STATE_RESET in s:
+        return dict(s.get(STATE_COMPLETED) or {}), dict(s.get(STATE_CRAWL) or {})
+    return dict(s), dict(s)
+
+
+def start_state(c: Connector, *, resuming: bool) -> Mapping[str, Any]:
+    """The state a run's source starts from: the crawl's own when resuming, else the last
+    completed crawl's."""
+    completed, in_progress = crawl_states(c)
+    return in_progress if resuming else completed
+
+
+def page_state(c: Connector, checkpoint: Mapping[str, Any]) -> dict[str, Any]:
+    """``source_state`` to save with a committed page whose source checkpoint is
+    ``checkpoint`` (``c`` is the connector as the run started)."""
+    completed, _ = crawl_states(c)
+    return {STATE_COMPLETED: completed, STATE_CRAWL: dict(checkpoint)}
+
+
+def reset_reason(c: Connector) -> str | None:
+    """Why the next run must start over instead of resuming (e.g. the source changed)."""
+    reason = c.source_state.get(STATE_RESET)
+    return reason if isinstance(reason, str) else None
+
+
+def _promote_crawl(c: Connector) -> dict[str, Any]:
+    _, in_progress = crawl_states(c)
+    return {STATE_COMPLETED: in_progress}
+
+
 class NotDue(SyncdError):
     """A scheduled tick has nothing to do for this connector (already advanced elsewhere)."""
 
@@ -190,7 +241,10 @@ def succeed(c: Connector, *, run_id: str, now: datetime) -> Transition:
     status = (
         ConnectorStatus.PAUSED if c.status is ConnectorStatus.PAUSED else ConnectorStatus.ACTIVE
     )
-    done = _with_status(_idle(c, now, last_synced_at=now, resume_cursor=None), status)
+    done = _with_status(
+        _idle(c, now, last_synced_at=now, resume_cursor=None, source_state=_promote_crawl(c)),
+        status,
+    )
     return Transition(done, ends=(RunEnd(run_id, RunOutcome.SUCCEEDED, now),))
 
 
@@ -239,6 +293,12 @@ def patch(c: Connector, changes: Mapping[str, Any], *, now: datetime) -> Transit
     if unknown:
         raise ValueError(f"not patchable: {sorted(unknown)}")
     fields = {k: v for k, v in changes.items() if k != "status"}
+    if "source" in changes and changes["source"] != c.source:
+        # A cursor or a mark of the old source must not be replayed against the new one:
+        # the next run starts over, from the last completed crawl's mark, and says why.
+        completed, _ = crawl_states(c)
+        fields["resume_cursor"] = None
+        fields["source_state"] = {STATE_COMPLETED: completed, STATE_RESET: RESET_SOURCE_CHANGED}
     updated = replace(c, updated_at=now, **fields)
     status = changes.get("status")
     if status is not None:

@@ -4,15 +4,22 @@ Pure: no I/O. The daemon calls it for every create and update, so the HTTP API a
 users get the same checks and the same messages. Every bad field is reported at once in a
 :class:`~syncd.errors.ValidationError` keyed by its dotted path (``source.url``,
 ``retry_on_status.1``); the body as a whole is keyed ``body``.
+
+Besides each field's own rules, every value anywhere in a body (plugin configs included) must
+be one every store holds and reads back unchanged: text without NUL characters or lone
+surrogates (PostgreSQL refuses both), integers of 64 bits (the stores' JSON reader turns
+larger ones into floats, or fails), finite floats, at most :data:`DEPTH_MAX` levels deep.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
+
+from yarl import URL
 
 from syncd import schedule
 from syncd.errors import ValidationError
@@ -20,12 +27,28 @@ from syncd.models import ConnectorStatus
 
 NAME_MAX_LENGTH = 200
 PAGE_RETRIES_MAX = 20
+"""Retries per page. Each waits twice as long as the one before: more would wait for years."""
+SECONDS_MAX = 3600
+"""Upper bound of ``page_retry_backoff`` and ``throttle_seconds`` (one hour)."""
+INT_MIN, INT_MAX = -(2**63), 2**63 - 1
+"""Range of any integer in a body: what the stores read back as an integer."""
+DEPTH_MAX = 32
+"""Nesting levels of objects and arrays in a body."""
+PORT_MIN, PORT_MAX = 1, 65535
 DEFAULT_SOURCE_TYPE = "http"
 DEFAULT_INDEXER: Mapping[str, Any] = {"type": "store"}
 
 MSG_NOT_OBJECT = "Must be a JSON object"
 MSG_REQUIRED = "Field required"
 MSG_UNKNOWN = "Unknown field"
+MSG_URL = "Must be an http:// or https:// URL"
+MSG_NUL = "Must not contain NUL characters (\\u0000)"
+MSG_SURROGATE = "Must be valid Unicode text (no lone surrogates)"
+_HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+# The port of an absolute URL's authority (after any userinfo; an IPv6 host is bracketed).
+_PORT = re.compile(
+    r"https?://(?:[^/?#@]*@)?(?:\[[^\]/?#]*\]|[^:/?#]*):([0-9]+)(?:[/?#]|$)", re.IGNORECASE
+)
 
 CREATE_FIELDS = (
     "name",
@@ -81,6 +104,7 @@ def parse_create(
         "retry_on_status": tuple(defaults.retry_on_status),
     }
     out.update(_parse_fields(body, source_types, indexer_types, errors))
+    _check_storable(body, errors)
     if errors:
         raise ValidationError(errors)
     return out
@@ -107,6 +131,7 @@ def parse_patch(
             out["status"] = ConnectorStatus(value)
         else:
             errors["status"] = f"Must be one of: {', '.join(allowed)}"
+    _check_storable(body, errors)
     if errors:
         raise ValidationError(errors)
     return out
@@ -129,8 +154,8 @@ def _parse_fields(
         "sync_schedule": _schedule,
         "sync_timezone": _timezone,
         "page_retries": _page_retries,
-        "page_retry_backoff": lambda v, e: _non_negative("page_retry_backoff", v, e),
-        "throttle_seconds": lambda v, e: _non_negative("throttle_seconds", v, e),
+        "page_retry_backoff": lambda v, e: _seconds("page_retry_backoff", v, e),
+        "throttle_seconds": lambda v, e: _seconds("throttle_seconds", v, e),
         "retry_on_status": _retry_on_status,
     }
     out: dict[str, Any] = {}
@@ -182,6 +207,8 @@ def _source(value: Any, types: Collection[str], errors: dict[str, str]) -> dict[
         from syncd.sources.http import validate_http_source
 
         errors.update(validate_http_source(source))
+        if "source.url" not in errors and (problem := url_problem(source["url"])):
+            errors["source.url"] = problem
     # Plugin sources validate their own config when they are built.
     return source
 
@@ -207,17 +234,31 @@ def _indexer(value: Any, types: Collection[str], errors: dict[str, str]) -> dict
         _check_unknown(indexer, ("type", "url", "headers"), "indexer.", errors)
         if "url" not in indexer:
             errors["indexer.url"] = MSG_REQUIRED
-        elif not _is_http_url(indexer["url"]):
-            errors["indexer.url"] = "Must be an http:// or https:// URL"
-        headers = indexer.get("headers")
-        if headers is not None:
-            if not isinstance(headers, Mapping):
-                errors["indexer.headers"] = MSG_NOT_OBJECT
-            else:
-                for name, header in headers.items():
-                    if not isinstance(header, str):
-                        errors[f"indexer.headers.{name}"] = "Must be a string"
+        elif problem := url_problem(indexer["url"]):
+            errors["indexer.url"] = problem
+        _check_headers(indexer.get("headers"), "indexer.headers", errors)
     return indexer
+
+
+def _check_headers(headers: Any, where: str, errors: dict[str, str]) -> None:
+    """Headers that every request could send: the same rules as the http source's."""
+    if headers is None:
+        return
+    if not isinstance(headers, Mapping):
+        errors[where] = MSG_NOT_OBJECT
+        return
+    # Imported here, like the http source: the sources package pulls in the transport.
+    from syncd.sources.secrets import check_refs
+
+    for name, value in headers.items():
+        if not isinstance(name, str) or not _HEADER_NAME.fullmatch(name):
+            errors[f"{where}.{name}"] = "Invalid header name"
+        elif not isinstance(value, str):
+            errors[f"{where}.{name}"] = "Must be a string"
+        elif problem := check_refs(value):
+            errors[f"{where}.{name}"] = problem
+        elif "\n" in value or "\r" in value:
+            errors[f"{where}.{name}"] = "Must not contain line breaks"
 
 
 def _schedule(value: Any, errors: dict[str, str]) -> str | None:
@@ -248,15 +289,10 @@ def _page_retries(value: Any, errors: dict[str, str]) -> int | None:
     return int(value)
 
 
-def _non_negative(key: str, value: Any, errors: dict[str, str]) -> float | None:
-    ok = (
-        isinstance(value, int | float)
-        and not isinstance(value, bool)
-        and math.isfinite(value)
-        and value >= 0
-    )
-    if not ok:
-        errors[key] = "Must be a finite number >= 0"
+def _seconds(key: str, value: Any, errors: dict[str, str]) -> float | None:
+    # Compared before any float(): a 400-digit integer does not fit a float; NaN fails both.
+    if not _is_number(value) or not 0 <= value <= SECONDS_MAX:
+        errors[key] = f"Must be a number of seconds between 0 and {SECONDS_MAX}"
         return None
     return float(value)
 
@@ -278,14 +314,83 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _is_http_url(value: Any) -> bool:
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def url_problem(value: Any) -> str | None:
+    """Why ``value`` is not a URL the transport can request (``None`` when it is).
+
+    Parsed with yarl, as the transport parses it: absolute ``http``/``https``, a host that
+    encodes (IDNA: no empty label, none over 63 characters), a port from 1 to 65535.
+    """
     if not isinstance(value, str):
-        return False
+        return MSG_URL
+    # Checked first: yarl refuses a port over 65535 with the same error as any bad URL.
+    port_text = match[1] if (match := _PORT.match(value)) else None
+    if port_text is not None and (len(port_text) > 5 or not PORT_MIN <= int(port_text) <= PORT_MAX):
+        return f"Port must be between {PORT_MIN} and {PORT_MAX}"
     try:
-        parts = urlsplit(value)
-    except ValueError:
-        return False
-    return parts.scheme in ("http", "https") and bool(parts.hostname)
+        url = URL(value)
+        scheme, host, port = url.scheme, url.host, url.port
+    except ValueError:  # port out of range or not a number, unclosed IPv6 bracket, bad IDNA
+        return MSG_URL
+    if scheme not in ("http", "https") or not host:
+        return MSG_URL
+    if port is None or not PORT_MIN <= port <= PORT_MAX:
+        return f"Port must be between {PORT_MIN} and {PORT_MAX}"
+    try:
+        host.encode("idna")  # what the resolver does on every request
+    except UnicodeError:
+        return "Invalid host name"
+    return None
+
+
+def _check_storable(body: Mapping[str, Any], errors: dict[str, str]) -> None:
+    """Add an error for every value of ``body`` that a store cannot hold unchanged.
+
+    Text problems replace a field's own error (a NUL says more than "not a valid cron
+    expression"); number problems only fill paths without one, so a field's range message
+    wins. Walked with a stack: a deep body must not exhaust recursion.
+    """
+    stack: list[tuple[str, Any, int]] = [("", body, 0)]
+    while stack:
+        where, value, depth = stack.pop()
+        if isinstance(value, str):
+            if problem := text_problem(value):
+                errors[where] = problem
+        elif isinstance(value, bool) or value is None:
+            continue
+        elif isinstance(value, int):
+            if not INT_MIN <= value <= INT_MAX:
+                errors.setdefault(where, f"Must be an integer between {INT_MIN} and {INT_MAX}")
+        elif isinstance(value, float):
+            if not math.isfinite(value):
+                errors.setdefault(where, "Must be a finite number")
+        elif isinstance(value, Mapping | list | tuple):
+            if depth >= DEPTH_MAX:
+                errors[where] = f"Must not be nested more than {DEPTH_MAX} levels deep"
+                continue
+            items = value.items() if isinstance(value, Mapping) else enumerate(value)
+            children: list[tuple[str, Any, int]] = []
+            for key, child in items:
+                if not isinstance(key, str | int):  # a list's index, or from an embedding caller
+                    errors[where or "body"] = "Keys must be strings"
+                elif isinstance(key, str) and (problem := text_problem(key)):
+                    errors[where or "body"] = f"Key {key!r}: {problem}"
+                children.append((f"{where}.{key}" if where else str(key), child, depth + 1))
+            stack.extend(reversed(children))  # reported in document order
+
+
+def text_problem(text: str) -> str | None:
+    """Why no store can hold ``text`` (``None`` when every one can)."""
+    if "\x00" in text:
+        return MSG_NUL
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return MSG_SURROGATE
+    return None
 
 
 def _known(types: Collection[str]) -> str:

@@ -29,12 +29,14 @@ from syncd import rules
 from syncd.errors import Aborted, ClientError, Fenced, NotFound, SyncdError
 from syncd.http.paginator import AsyncCursorPaginator, CancelToken
 from syncd.http.transport import Transport
+from syncd.logs import redact
 from syncd.metrics import Metrics
 from syncd.models import (
     ABORTED_ERROR,
     Connector,
     DocumentInput,
     Page,
+    Rejection,
     Waiting,
     WaitReason,
     document_inputs,
@@ -42,6 +44,7 @@ from syncd.models import (
 )
 from syncd.queue.base import WorkQueue
 from syncd.sources.base import Source, SourceContext, SourceFactory
+from syncd.sources.secrets import register_connector_secrets
 from syncd.store.base import Store
 
 log = structlog.get_logger("syncd.sync")
@@ -60,6 +63,7 @@ class _Handle:
     stopping: bool = False
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     done: asyncio.Event = field(default_factory=asyncio.Event)
+    note: str | None = None
 
 
 class SyncEngine:
@@ -194,7 +198,10 @@ class SyncEngine:
     async def _crawl(self, connector: Connector, handle: _Handle) -> None:
         cid = connector.id
         # Documents failed by an abort are re-enqueued whether or not their pages come again.
-        requeued = await self._store.requeue_documents(cid, error=ABORTED_ERROR, now=utcnow())
+        # Fenced by this run: a run aborted before it gets here re-queues nothing.
+        requeued = await self._store.requeue_documents(
+            cid, error=ABORTED_ERROR, now=utcnow(), run_id=handle.run_id
+        )
         if requeued:
             try:
                 await self._queue.push(cid, requeued)
@@ -203,13 +210,17 @@ class SyncEngine:
                     self._on_push_failed()
                 raise
         resuming = connector.resume_cursor is not None
-        log.info("sync started", resuming=resuming)
+        # Why this run starts over instead of resuming, recorded on the run with its first
+        # page (e.g. a PATCH changed the source).
+        handle.note = None if resuming else rules.reset_reason(connector)
+        log.info("sync started", resuming=resuming, note=handle.note)
         if resuming:
             try:
                 await self._paginate(connector, handle, connector.resume_cursor)
                 return
             except _CursorRejected as exc:
                 log.warning("source rejected the resume cursor; starting over", status=exc.status)
+                handle.note = f"resume cursor rejected with HTTP {exc.status}; started over"
         await self._paginate(connector, handle, None)
 
     async def _paginate(self, connector: Connector, handle: _Handle, start: str | None) -> None:
@@ -238,8 +249,10 @@ class SyncEngine:
                 if handle.waiting is not None:
                     handle.waiting = None
                     handle.wake.set()  # show it at once, not at the next heartbeat
-                docs = document_inputs(page.records, id_field)
-                yield _Prepared(page.next_cursor, docs, _checkpoint(source))
+                docs, rejected = document_inputs(page.records, id_field)
+                if rejected:
+                    log.warning("records rejected", count=len(rejected), reason=rejected[0].reason)
+                yield _Prepared(page.next_cursor, docs, _checkpoint(source), tuple(rejected))
 
         reader = _read_ahead(prepared(), name=f"fetch:{cid}")
         async with contextlib.aclosing(reader):
@@ -260,10 +273,13 @@ class SyncEngine:
                 run_id,
                 item.documents,
                 next_cursor=item.next_cursor,
-                source_state=item.state,
+                source_state=rules.page_state(connector, item.state),
                 now=utcnow(),
                 indexed=indexed,
+                rejected=item.rejected,
+                note=handle.note,
             )
+            handle.note = None
             if ids and not indexed:
                 try:
                     await self._queue.push(cid, ids)
@@ -286,7 +302,7 @@ class SyncEngine:
         context = SourceContext(
             connector_id=connector.id,
             transport=self._transport,
-            state=dict(connector.source_state),
+            state=rules.start_state(connector, resuming=resuming),
             resuming=resuming,
             on_wait=(
                 (lambda reason, seconds: self._on_wait(handle, reason, seconds))
@@ -294,6 +310,8 @@ class SyncEngine:
                 else None
             ),
         )
+        # Plugin sources do not register their secrets themselves.
+        register_connector_secrets(connector.source, connector.indexer)
         return factory(connector.source, context)
 
     def _on_wait(self, handle: _Handle, reason: WaitReason, seconds: float) -> None:
@@ -372,6 +390,7 @@ class _Prepared:
     next_cursor: str | None
     documents: list[DocumentInput]
     state: Mapping[str, Any]
+    rejected: tuple[Rejection, ...] = ()  # records that did not become documents
 
 
 async def _read_ahead(
@@ -457,5 +476,6 @@ def _checkpoint(source: Source) -> Mapping[str, Any]:
 
 
 def _describe(exc: BaseException) -> str:
+    """The error text stored on the run and the connector: never a secret."""
     text = str(exc) or type(exc).__name__
-    return text if isinstance(exc, SyncdError) else f"{type(exc).__name__}: {text}"
+    return redact(text if isinstance(exc, SyncdError) else f"{type(exc).__name__}: {text}")

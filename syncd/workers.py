@@ -2,10 +2,14 @@
 
 Each worker takes a batch of one connector's documents from the queue (the queue is fair
 across connectors), claims the pending ones in the store with a lease (compare-and-set
-``pending → running``), runs the connector's indexer on each with a timeout, and records the
-results under its lease. A result written after an abort (the document is no longer
-``running`` under this lease) is refused by the store. A sweeper returns documents whose lease
-expired (their worker died) to ``pending`` and re-enqueues them.
+``pending → running``) and runs the connector's indexer on each with a timeout, in a task of
+its own. Meanwhile the worker keeps the batch: it records results as they come (in small
+groups, at least every :data:`FLUSH_SECONDS`) and renews the lease every third of
+``lease_seconds``, so a lease expires only when its worker is gone, whatever the speed of the
+indexer. A result written after an abort or a delete (the document is no longer ``running``
+under this lease) is refused by the store; a renewal that finds none of the batch's
+documents still held cancels the indexing. A sweeper returns documents whose lease expired
+(their worker died) to ``pending`` and re-enqueues them.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
@@ -21,6 +26,7 @@ import structlog
 
 from syncd.errors import SyncdError
 from syncd.indexers.base import Indexer
+from syncd.logs import redact
 from syncd.metrics import Metrics
 from syncd.models import Connector, ConnectorStatus, DocStatus, Document, new_id, utcnow
 from syncd.queue.base import Batch, WorkQueue
@@ -29,6 +35,28 @@ from syncd.store.base import Store
 log = structlog.get_logger("syncd.workers")
 
 IndexerResolver = Callable[[Connector], Indexer]
+Result = tuple[str, DocStatus, str | None]
+
+#: Longest a finished document waits before its result is written to the store.
+FLUSH_SECONDS = 0.2
+
+
+@dataclass(eq=False)
+class _Job:
+    """One claimed batch being indexed: its lease, its indexing task, and the results that
+    the task produced and the worker has not recorded yet."""
+
+    connector_id: str
+    token: str
+    total: int
+    results: list[Result] = field(default_factory=list)
+    produced: int = 0
+    task: asyncio.Task[None] = field(init=False)
+
+    @property
+    def indexing(self) -> bool:
+        """Whether documents of the batch are still being (or waiting to be) indexed."""
+        return not self.task.done() and self.produced < self.total
 
 
 class Workers:
@@ -62,8 +90,8 @@ class Workers:
         self._on_push_failed = on_push_failed
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = asyncio.Event()
-        # connector id -> indexing tasks running now, so an abort can cancel them.
-        self._active: dict[str, set[asyncio.Task[list[tuple[str, DocStatus, str | None]]]]] = {}
+        # connector id -> batches being indexed now, so an abort can cancel them.
+        self._active: dict[str, set[_Job]] = {}
         self._waiting: set[asyncio.Task[Any]] = set()
 
     def start(self) -> None:
@@ -73,12 +101,22 @@ class Workers:
             self._tasks.append(asyncio.create_task(self._worker(), name=f"worker:{i}"))
         self._tasks.append(asyncio.create_task(self._sweeper(), name="lease-sweeper"))
 
-    def cancel_connector(self, connector_id: str) -> int:
-        """Cancel this instance's indexing tasks of one connector (abort step 3)."""
-        tasks = self._active.get(connector_id, set())
-        for t in tasks:
-            t.cancel()
-        return len(tasks)
+    async def cancel_connector(self, connector_id: str) -> int:
+        """Cancel this instance's indexing of the connector's documents that were taken away
+        in the store (abort step 3, delete); how many batches were cancelled.
+
+        Only batches none of whose unfinished documents is still ``running`` under their
+        lease are cancelled: an abort fails the documents in the store before it is
+        broadcast, so a broadcast that arrives late never cancels a batch claimed after it.
+        """
+        cancelled = 0
+        for job in list(self._active.get(connector_id, ())):
+            try:
+                cancelled += await self._renew(job)
+            except SyncdError as exc:
+                # The lease heartbeat asks again.
+                log.warning("could not check leases", connector_id=connector_id, error=str(exc))
+        return cancelled
 
     @property
     def busy(self) -> int:
@@ -178,32 +216,92 @@ class Workers:
         if not docs:
             await self._queue.ack(batch)
             return
-        # Registered before any further await, so that an abort can always cancel it.
-        task = asyncio.create_task(self._index_all(indexer, docs), name=f"index:{cid}")
+        job = _Job(cid, token, len(docs))
+        # Registered before any further await, so that an abort can always find it.
+        job.task = asyncio.create_task(self._index_all(indexer, docs, job), name=f"index:{cid}")
         active = self._active.setdefault(cid, set())
-        active.add(task)
+        active.add(job)
         try:
             await self._queue.ack(batch)
-            # asyncio.wait does not propagate the task's own cancellation (an abort), only
-            # this worker's.
-            await asyncio.wait({task})
+            await self._keep(job)
         except BaseException:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            # Shutdown, or the store lost: keep what is done, give back the rest. Forgotten
+            # first, so that no abort check renews the lease being released.
+            self._forget(job)
+            job.task.cancel()
+            await asyncio.wait({job.task})
+            try:
+                await asyncio.shield(self._record(job))
+            except SyncdError as exc:
+                log.warning("results not recorded", connector_id=cid, error=str(exc))
             await self._release(cid, token)
             raise
         finally:
-            active.discard(task)
+            self._forget(job)
+        if job.task.cancelled():
+            log.info(
+                "indexing cancelled: documents aborted or deleted",
+                connector_id=cid,
+                documents=job.total - job.produced,
+            )
+
+    def _forget(self, job: _Job) -> None:
+        active = self._active.get(job.connector_id)
+        if active is not None:
+            active.discard(job)
             if not active:
-                self._active.pop(cid, None)
-        if task.cancelled():
-            log.info("indexing cancelled by abort", connector_id=cid, documents=len(docs))
+                del self._active[job.connector_id]
+
+    async def _keep(self, job: _Job) -> None:
+        """While the batch is indexed, record its results as they come and renew its lease;
+        return when the indexing task has ended and every result is recorded."""
+        loop = asyncio.get_running_loop()
+        renew_every = self._lease_seconds / 3
+        tick = min(FLUSH_SECONDS, renew_every)
+        renew_at = loop.time() + renew_every
+        while True:
+            # asyncio.wait does not propagate the task's own cancellation (an abort), only
+            # this worker's.
+            await asyncio.wait({job.task}, timeout=tick)
+            if job.task.done():
+                break
+            try:
+                await self._record(job)
+                if loop.time() >= renew_at:
+                    await self._renew(job)
+                    renew_at = loop.time() + renew_every
+            except SyncdError as exc:
+                # Tried again at the next tick: renewals are due well before the lease ends.
+                log.warning(
+                    "lease or results not written", connector_id=job.connector_id, error=str(exc)
+                )
+        if job.task.cancelled():
+            return  # taken away: its results would be refused
+        job.task.result()  # re-raise what the indexing task did not catch
+        await self._record(job)
+
+    async def _record(self, job: _Job) -> None:
+        """Write the results produced so far (refused for documents no longer held)."""
+        if not job.results:
             return
-        results = task.result()
-        await self._store.finish_documents(cid, token, results, now=utcnow())
+        group = job.results[:]
+        await self._store.finish_documents(job.connector_id, job.token, group, now=utcnow())
+        # The indexing task may have added results meanwhile.
+        del job.results[: len(group)]
         if self._on_change is not None:
             await self._on_change()
+
+    async def _renew(self, job: _Job) -> int:
+        """Renew the batch's lease; cancel its indexing when none of its documents is held
+        any more (aborted or deleted elsewhere, the broadcast lost). 1 if it was cancelled."""
+        until = utcnow() + timedelta(seconds=self._lease_seconds)
+        held = await self._store.extend_leases(job.connector_id, job.token, until)
+        # Documents still to be indexed are `running` under the token unless taken away; the
+        # others were recorded, or are being recorded (then there is nothing left to stop).
+        if held or not job.indexing:
+            return 0
+        job.task.cancel()
+        return 1
 
     async def _hand_back(self, batch: Batch, token: str) -> None:
         await self._release(batch.connector_id, token)
@@ -215,30 +313,30 @@ class Workers:
             if self._on_push_failed is not None:
                 self._on_push_failed()
 
-    async def _index_all(
-        self, indexer: Indexer, docs: list[Document]
-    ) -> list[tuple[str, DocStatus, str | None]]:
-        results: list[tuple[str, DocStatus, str | None]] = []
+    async def _index_all(self, indexer: Indexer, docs: list[Document], job: _Job) -> None:
+        """Index the documents one after the other, adding each result to ``job``."""
         observe_ok = self._metrics.index_latency.labels(outcome="indexed").observe
         observe_failed = self._metrics.index_latency.labels(outcome="failed").observe
         clock = time.perf_counter
         for doc in docs:
             started = clock()
+            result: Result
             try:
                 # asyncio.timeout, not wait_for: no extra task per document.
                 async with asyncio.timeout(self._index_timeout):
                     await indexer.index(doc)
             except TimeoutError:
-                results.append((doc.external_id, DocStatus.FAILED, "Index timeout"))
+                result = (doc.external_id, DocStatus.FAILED, "Index timeout")
                 observe_failed(clock() - started)
             except Exception as exc:
-                error = (str(exc) or type(exc).__name__)[:500]
-                results.append((doc.external_id, DocStatus.FAILED, error))
+                error = redact(str(exc) or type(exc).__name__)[:500]
+                result = (doc.external_id, DocStatus.FAILED, error)
                 observe_failed(clock() - started)
             else:
-                results.append((doc.external_id, DocStatus.INDEXED, None))
+                result = (doc.external_id, DocStatus.INDEXED, None)
                 observe_ok(clock() - started)
-        return results
+            job.results.append(result)
+            job.produced += 1
 
     async def _release(self, connector_id: str, token: str) -> None:
         """Give back documents claimed under ``token`` (shutdown): expire the lease now, and

@@ -8,9 +8,10 @@ so no test depends on what another left behind.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 import asyncpg
 import pytest
@@ -27,23 +28,65 @@ def _dsn_for(database: str) -> str:
     return f"{base}/{database}"
 
 
-@pytest.fixture
-async def postgres_dsn() -> AsyncIterator[str]:
-    """A DSN to a fresh, empty PostgreSQL database, dropped after the test."""
-    name = f"syncd_test_{uuid.uuid4().hex[:16]}"
+async def _create_database(name: str, template: str) -> None:
     admin = await asyncpg.connect(POSTGRES_ADMIN_DSN)
     try:
-        await admin.execute(f'CREATE DATABASE "{name}" TEMPLATE template0')
+        await admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
     finally:
         await admin.close()
+
+
+async def _drop_database(name: str) -> None:
+    admin = await asyncpg.connect(POSTGRES_ADMIN_DSN)
+    try:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await admin.close()
+
+
+async def _build_template(name: str) -> None:
+    from syncd.store.postgres import PostgresStore
+
+    await _create_database(name, "template0")
+    store = PostgresStore(_dsn_for(name), min_size=1, max_size=1)
+    await store.open()  # every migration, once per test session
+    await store.close()
+
+
+@pytest.fixture(scope="session")
+def postgres_template() -> Iterator[str]:
+    """A database migrated once per test session, cloned by :func:`postgres_dsn` (cloning
+    a template is much cheaper than migrating a new database in every test)."""
+    name = f"syncd_tpl_{uuid.uuid4().hex[:16]}"
+    asyncio.run(_build_template(name))
+    try:
+        yield name
+    finally:
+        asyncio.run(_drop_database(name))
+
+
+@pytest.fixture
+async def postgres_dsn(postgres_template: str) -> AsyncIterator[str]:
+    """A DSN to a PostgreSQL database of this test's own, already migrated; dropped after
+    the test."""
+    name = f"syncd_test_{uuid.uuid4().hex[:16]}"
+    await _create_database(name, postgres_template)
     try:
         yield _dsn_for(name)
     finally:
-        admin = await asyncpg.connect(POSTGRES_ADMIN_DSN)
-        try:
-            await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        finally:
-            await admin.close()
+        await _drop_database(name)
+
+
+@pytest.fixture
+async def fresh_postgres_dsn() -> AsyncIterator[str]:
+    """A DSN to a fresh, empty PostgreSQL database (for tests of the migrations themselves),
+    dropped after the test."""
+    name = f"syncd_test_{uuid.uuid4().hex[:16]}"
+    await _create_database(name, "template0")
+    try:
+        yield _dsn_for(name)
+    finally:
+        await _drop_database(name)
 
 
 @pytest.fixture

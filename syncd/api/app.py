@@ -79,10 +79,16 @@ def error_body(exc: ValidationError) -> dict[str, Any]:
 
 def _loc(key: str) -> list[str | int]:
     """``source.headers.0`` → ``["body", "source", "headers", 0]``."""
-    parts: list[str | int] = [int(p) if p.isdigit() else p for p in key.split(".")]
+    parts: list[str | int] = [_index(p) for p in key.split(".")]
     if parts[0] not in _LOC_ROOTS:
         parts.insert(0, "body")
     return parts
+
+
+def _index(part: str) -> str | int:
+    # An array index. Any other key stays text: "²" is a digit to isdigit() but not to int(),
+    # and int() refuses more than 4300 digits.
+    return int(part) if part.isascii() and part.isdigit() and len(part) <= 18 else part
 
 
 def _detail(status: int, message: str, **headers: str) -> web.Response:

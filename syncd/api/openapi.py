@@ -74,8 +74,8 @@ _CONFIG_PROPERTIES: dict[str, Any] = {
     "sync_schedule": {"type": ["string", "null"], "description": "5-field cron expression."},
     "sync_timezone": {"type": ["string", "null"], "description": "IANA time zone; UTC if null."},
     "page_retries": {"type": "integer", "minimum": 0, "maximum": 20},
-    "page_retry_backoff": {"type": "number", "minimum": 0},
-    "throttle_seconds": {"type": "number", "minimum": 0},
+    "page_retry_backoff": {"type": "number", "minimum": 0, "maximum": 3600},
+    "throttle_seconds": {"type": "number", "minimum": 0, "maximum": 3600},
     "retry_on_status": {
         "type": "array",
         "items": {"type": "integer", "minimum": 400, "maximum": 599},
@@ -171,6 +171,18 @@ SCHEMAS: dict[str, Any] = {
             "pages": _COUNT,
             "documents_seen": _COUNT,
             "documents_enqueued": _COUNT,
+            "documents_rejected": _COUNT,
+            "rejections": {
+                "type": "array",
+                "items": _object(
+                    {
+                        "page": {"type": ["integer", "null"]},
+                        "record": {"type": ["integer", "string"]},
+                        "reason": {"type": "string"},
+                    }
+                ),
+            },
+            "note": _STR_OR_NULL,
             "error": _STR_OR_NULL,
             "owner": _STR_OR_NULL,
         }

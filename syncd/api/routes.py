@@ -12,13 +12,14 @@ from collections.abc import Awaitable
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import orjson
 from aiohttp import web
 
 from syncd.api import views
 from syncd.api.openapi import Reply, Route
-from syncd.errors import ValidationError
+from syncd.errors import NotFound, ValidationError
 from syncd.models import Connector, ConnectorStatus, DocStatus
-from syncd.spec import MSG_NOT_OBJECT
+from syncd.spec import MSG_NOT_OBJECT, text_problem
 
 if TYPE_CHECKING:
     from syncd.daemon import Daemon
@@ -28,6 +29,7 @@ OPENAPI: web.AppKey[dict[str, Any]] = web.AppKey("syncd.openapi")
 
 LIMIT_DEFAULT = 100
 LIMIT_MAX = 1000
+_LIMIT_DIGITS = 10  # more is out of range anyway, and int() refuses over 4300 digits
 CURSOR_MAX_LENGTH = 1024
 
 _E = TypeVar("_E", bound=StrEnum)
@@ -42,7 +44,11 @@ def _daemon(request: web.Request) -> Daemon:
 
 
 def _id(request: web.Request) -> str:
-    return request.match_info["id"]
+    connector_id = request.match_info["id"]
+    if text_problem(connector_id):
+        # No connector has such an id, and PostgreSQL refuses to even compare it.
+        raise NotFound()
+    return connector_id
 
 
 async def _json_object(request: web.Request) -> dict[str, Any]:
@@ -74,7 +80,8 @@ def _limit(request: web.Request) -> int:
     raw = request.query.get("limit")
     if raw is None:
         return LIMIT_DEFAULT
-    if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= LIMIT_MAX:
+    digits = raw.isascii() and raw.isdigit() and len(raw) <= _LIMIT_DIGITS
+    if not digits or not 1 <= int(raw) <= LIMIT_MAX:
         raise ValidationError({"query.limit": f"Must be an integer between 1 and {LIMIT_MAX}"})
     return int(raw)
 
@@ -95,6 +102,17 @@ def _cursor(request: web.Request) -> str | None:
     if raw is None:
         return None
     if not raw or len(raw) > CURSOR_MAX_LENGTH or not raw.isprintable():
+        raise ValidationError({"query.cursor": "Invalid cursor"})
+    # Imported here: the daemon module imports this package when it starts the API.
+    from syncd.daemon import decode_cursor
+
+    # A cursor is opaque but forgeable: one that decodes to text no store can compare
+    # (a NUL) is refused here rather than fail in PostgreSQL.
+    try:
+        usable = not text_problem(decode_cursor(raw) or "")
+    except ValidationError:
+        usable = False
+    if not usable:
         raise ValidationError({"query.cursor": "Invalid cursor"})
     return raw
 
@@ -204,8 +222,14 @@ async def list_documents(request: web.Request) -> web.Response:
 
 async def get_document(request: web.Request) -> web.Response:
     """``GET /connectors/{id}/documents/{external_id}``."""
-    document = await _daemon(request).get_document(_id(request), request.match_info["external_id"])
-    return web.json_response(views.document_json(document, with_payload=True))
+    connector_id, external_id = _id(request), request.match_info["external_id"]
+    if text_problem(external_id):  # no store holds such an id (PostgreSQL cannot compare it)
+        await _daemon(request).get_connector(connector_id)  # 404 Connector not found first
+        raise NotFound("Document not found")
+    document = await _daemon(request).get_document(connector_id, external_id)
+    # orjson embeds the stored payload text as it is (see views.document_json).
+    body = orjson.dumps(views.document_json(document, with_payload=True))
+    return web.Response(body=body, content_type="application/json")
 
 
 async def retry_failed(request: web.Request) -> web.Response:

@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+import orjson
+
 from syncd.models import Connector, DocStatus, Document, Run
 
 MASK = "***"
@@ -74,11 +76,20 @@ def run_json(run: Run) -> dict[str, Any]:
         "documents_enqueued": run.documents_enqueued,
         "error": run.error,
         "owner": run.owner,
+        "documents_rejected": run.documents_rejected,
+        "rejections": [
+            {"page": r.page, "record": r.record, "reason": r.reason} for r in run.rejections
+        ],
+        "note": run.note,
     }
 
 
 def document_json(document: Document, *, with_payload: bool = False) -> dict[str, Any]:
-    """A document; its payload only when asked for (the single-document route)."""
+    """A document; its payload only when asked for (the single-document route).
+
+    The payload is the stored JSON text as an ``orjson.Fragment``, embedded as it is (no
+    re-encoding loses an integer's digits): serialise the result with ``orjson.dumps``.
+    """
     d = document
     out: dict[str, Any] = {
         "external_id": d.external_id,
@@ -91,7 +102,7 @@ def document_json(document: Document, *, with_payload: bool = False) -> dict[str
         "indexed_at": timestamp(d.indexed_at),
     }
     if with_payload:
-        out["payload"] = d.payload
+        out["payload"] = d.payload if d.payload_json is None else orjson.Fragment(d.payload_json)
     return out
 
 

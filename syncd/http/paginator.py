@@ -20,9 +20,27 @@ from syncd.errors import (
     SourceError,
 )
 from syncd.http.retry_after import clamp_retry_after
+from syncd.http.transport import BlockedAddressError, describe_url
+from syncd.logs import redact
 from syncd.models import Page, WaitReason
 
-__all__ = ["AsyncCursorPaginator", "CancelToken", "FetchPage"]
+__all__ = ["AsyncCursorPaginator", "CancelToken", "FetchPage", "describe_cursor"]
+
+_CURSOR_SHOWN = 200  # characters of a cursor quoted in a message
+
+
+def describe_cursor(cursor: str) -> str:
+    """``cursor`` as fit for an error message, which the API returns and the log keeps.
+
+    A cursor that is a URL (``next_url``, ``link_header``) loses its credentials and its query
+    values (a resolved ``${env:…}`` parameter is often echoed there); any other is quoted,
+    shortened, with registered secrets masked.
+    """
+    if "://" in cursor:
+        return redact(describe_url(cursor))  # a secret may sit in the path too
+    shown = cursor if len(cursor) <= _CURSOR_SHOWN else cursor[:_CURSOR_SHOWN] + "…"
+    return redact(repr(shown))
+
 
 T = TypeVar("T")
 A = TypeVar("A")
@@ -93,7 +111,8 @@ class AsyncCursorPaginator:
       60 s) when that is longer. When attempts run out the last error is re-raised unchanged.
     - Retried: an :class:`~syncd.errors.HTTPStatusError` whose status is in
       ``retry_on_status``, :class:`~syncd.errors.ClientTimeoutError`,
-      :class:`~syncd.errors.ClientConnectionError`. Anything else is raised at once.
+      :class:`~syncd.errors.ClientConnectionError` (but not the transport's
+      ``BlockedAddressError``). Anything else is raised at once.
     - ``throttle_seconds`` is slept before every page but the first, once per page.
     - ``cancel_token``: checked before every fetch; setting it interrupts a sleep or an
       in-flight fetch, and the iteration raises :class:`~syncd.errors.Aborted`.
@@ -164,7 +183,7 @@ class AsyncCursorPaginator:
             if next_cursor is not None:
                 if next_cursor in self._seen:
                     raise PaginationLoopError(
-                        f"the source returned cursor {next_cursor!r} again after "
+                        f"the source returned cursor {describe_cursor(next_cursor)} again after "
                         f"{self.pages + 1} page(s): pagination would loop forever"
                     )
                 self._seen.add(next_cursor)
@@ -215,6 +234,8 @@ class AsyncCursorPaginator:
         raise AssertionError("unreachable: the last attempt returns or raises")
 
     def _retryable(self, exc: BaseException) -> bool:
+        if isinstance(exc, BlockedAddressError):
+            return False  # a refusal by configuration: waiting changes nothing
         if isinstance(exc, HTTPStatusError):
             return exc.status in self._retry_on_status
         return isinstance(exc, ClientTimeoutError | ClientConnectionError)

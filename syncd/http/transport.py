@@ -12,13 +12,27 @@ Idempotent requests (GET, HEAD, OPTIONS, PUT, DELETE) are retried on connection 
 502/503/504 up to ``retries`` times with urllib3-style backoff (``0, 4, 8`` s for factor 2),
 waiting at least the server's ``Retry-After`` (clamped to 60 s). Read timeouts are not retried
 here: the paginator above has its own budget for them.
+
+Redirects (301, 302, 303, 307, 308) are followed here, not by aiohttp, at most
+``max_redirects`` hops. A hop on the origin of the request keeps the caller's headers and the
+URL's credentials; from the first hop to another origin on, the request goes on WITHOUT any
+caller-supplied header and without credentials (DESIGN.md §8: headers are the source's
+secrets). 303 (and 301/302 after a POST) continue as a GET without a body.
+
+With ``block_private_addresses`` (config ``http.block_private_addresses``) every connection,
+redirect hops included, is refused with :class:`BlockedAddressError` when its host is, or
+resolves to, a loopback, private, link-local, unique-local, multicast, reserved or cloud
+metadata address: names are checked by a resolver wrapped around aiohttp's, IP literals
+(which aiohttp does not resolve) before the request is sent.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import ipaddress
 import json as jsonlib
+import socket
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
@@ -26,6 +40,7 @@ from typing import Any
 
 import aiohttp
 import structlog
+from aiohttp.abc import AbstractResolver, ResolveResult
 from yarl import URL
 
 from syncd.errors import (
@@ -44,10 +59,15 @@ from syncd.models import WaitReason
 __all__ = [
     "DEFAULT_TIMEOUTS",
     "IDEMPOTENT_METHODS",
+    "MAX_REDIRECTS",
+    "REDIRECT_STATUSES",
     "RETRY_STATUSES",
+    "BlockedAddressError",
     "Response",
     "Timeouts",
     "Transport",
+    "blocked_address_kind",
+    "describe_url",
     "resolve_timeouts",
     "safe_url",
 ]
@@ -63,6 +83,12 @@ RETRY_STATUSES = frozenset({502, 503, 504})
 DEFAULT_TIMEOUTS = Timeouts()
 """The built-in timeouts: read 30 s, connect 5 s."""
 
+REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
+"""Statuses whose ``Location`` the transport follows."""
+
+MAX_REDIRECTS = 10
+"""Redirect hops followed per request (aiohttp's default) before giving up."""
+
 Sleep = Callable[[float], Awaitable[None]]
 OnRetry = Callable[[BaseException, int], None]
 Params = Mapping[str, str | int | float]
@@ -77,15 +103,114 @@ def safe_url(url: str | URL) -> str:
         return str(url).split("?", 1)[0]
 
 
+def describe_url(url: str | URL) -> str:
+    """``url`` without credentials or fragment, and with every query value masked
+    (``?api_key=***&page=***``): the parameter names still tell two URLs apart in a message,
+    the values (a resolved ``${env:…}`` secret among them) never reach it."""
+    try:
+        parsed = URL(url)
+        masked = [(name, "***") for name in parsed.query]
+        base = parsed.with_user(None).with_query(None).with_fragment(None)
+        # Built by hand: yarl would percent-encode the mask.
+        query = "&".join(f"{name}={value}" for name, value in masked)
+        return f"{base}?{query}" if query else str(base)
+    except (TypeError, ValueError):
+        return str(url).split("?", 1)[0]
+
+
+class BlockedAddressError(ClientConnectionError):
+    """``http.block_private_addresses`` refused a connection to a non-public address.
+
+    Never retried: the address will not become public by waiting.
+    """
+
+
+_METADATA_ADDRESSES = frozenset(
+    {ipaddress.ip_address("169.254.169.254"), ipaddress.ip_address("fd00:ec2::254")}
+)
+_UNIQUE_LOCAL = ipaddress.ip_network("fc00::/7")
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+
+
+def blocked_address_kind(address: str) -> str | None:
+    """Why the guard refuses IP literal ``address`` (``"loopback"``, ``"private"``,
+    ``"cloud metadata"`` …), or ``None`` for a public address. Something that is not an IP
+    address is ``"unrecognised"``: what cannot be checked is refused."""
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return "unrecognised"
+    if isinstance(ip, ipaddress.IPv6Address):
+        # An IPv4 address wrapped in IPv6 reaches that IPv4 address.
+        if ip.ipv4_mapped is not None:
+            ip = ip.ipv4_mapped
+        elif ip.sixtofour is not None:
+            ip = ip.sixtofour
+        elif ip in _NAT64:
+            ip = ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+    if ip in _METADATA_ADDRESSES:
+        return "cloud metadata"
+    checks = (
+        ("loopback", ip.is_loopback),
+        ("link-local", ip.is_link_local),
+        ("multicast", ip.is_multicast),
+        ("unspecified", ip.is_unspecified),
+        ("unique-local", ip in _UNIQUE_LOCAL),
+        ("reserved", ip.is_reserved),
+        ("private", ip.is_private),
+        # Shared address space (100.64.0.0/10), documentation ranges and the like.
+        ("non-public", not ip.is_global),
+    )
+    return next((kind for kind, hit in checks if hit), None)
+
+
+def _refusal(host: str, address: str, kind: str) -> BlockedAddressError:
+    article = "an" if kind[0] in "aeiou" else "a"
+    what = (
+        f"{host} is {article} {kind} address"
+        if host.strip("[]") == address
+        else f"{host} resolves to {article} {kind} address ({address})"
+    )
+    return BlockedAddressError(f"refused: {what}; http.block_private_addresses is set")
+
+
+def _looks_like_ip(host: str) -> bool:
+    # aiohttp's own test for "do not resolve this host": an IP literal to it, so ours too.
+    return ":" in host or host.replace(".", "").isdigit()
+
+
+class _GuardedResolver(AbstractResolver):
+    """Resolves through ``inner`` and refuses names with a non-public address among theirs
+    (one private answer is enough: a rebinding name may hand out either)."""
+
+    def __init__(self, inner: AbstractResolver) -> None:
+        self._inner = inner
+
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[ResolveResult]:
+        results = await self._inner.resolve(host, port, family)
+        for result in results:
+            kind = blocked_address_kind(result["host"])
+            if kind is not None:
+                raise _refusal(host, result["host"], kind)
+        return results
+
+    async def close(self) -> None:
+        await self._inner.close()
+
+
 @dataclass(frozen=True)
 class Response:
     """A fully read HTTP response. ``headers`` is case-insensitive; ``url`` is the final URL
-    (after redirects)."""
+    (after redirects); ``requested_url`` the URL asked for (empty: the same as ``url``), whose
+    origin the caller's credentials belong to."""
 
     status: int
     headers: Mapping[str, str]
     url: str
     body: bytes
+    requested_url: str = ""
 
     @property
     def ok(self) -> bool:
@@ -120,7 +245,8 @@ class Transport:
     ``timeouts`` apply to requests that give no ``timeout`` of their own; the composition
     root builds them with :func:`resolve_timeouts` (environment over ``config.toml``).
     ``sleep`` (default :func:`asyncio.sleep`) and ``on_retry(error, retry_number)`` let tests
-    and metrics observe the retry schedule.
+    and metrics observe the retry schedule. ``block_private_addresses`` turns on the guard
+    described in the module docstring; ``max_redirects`` bounds the hops followed.
     """
 
     def __init__(
@@ -132,9 +258,15 @@ class Transport:
         sleep: Sleep | None = None,
         on_retry: OnRetry | None = None,
         limit: int = 100,
+        block_private_addresses: bool = False,
+        max_redirects: int = MAX_REDIRECTS,
     ) -> None:
         if retries < 0:
             raise ValueError("retries must be >= 0")
+        if max_redirects < 0:
+            raise ValueError("max_redirects must be >= 0")
+        self.block_private_addresses = block_private_addresses
+        self.max_redirects = max_redirects
         self.timeouts = timeouts
         self.retries = retries
         self.backoff_factor = backoff_factor
@@ -142,6 +274,7 @@ class Transport:
         self._on_retry = on_retry
         self._limit = limit
         self._session: aiohttp.ClientSession | None = None
+        self._resolver: AbstractResolver | None = None
 
     @property
     def is_open(self) -> bool:
@@ -151,8 +284,12 @@ class Transport:
     async def open(self) -> None:
         """Create the shared session (idempotent)."""
         if self._session is None:
+            resolver: AbstractResolver | None = None
+            if self.block_private_addresses:
+                resolver = _GuardedResolver(aiohttp.DefaultResolver())
+            self._resolver = resolver
             self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=self._limit),
+                connector=aiohttp.TCPConnector(limit=self._limit, resolver=resolver),
                 timeout=_client_timeout(self.timeouts),
                 raise_for_status=False,
             )
@@ -160,8 +297,12 @@ class Transport:
     async def close(self) -> None:
         """Close the shared session and its connections (idempotent)."""
         session, self._session = self._session, None
+        resolver, self._resolver = self._resolver, None
         if session is not None:
             await session.close()
+        # A resolver handed to the connector is not closed by it.
+        if resolver is not None:
+            await resolver.close()
 
     async def __aenter__(self) -> Transport:
         await self.open()
@@ -261,25 +402,108 @@ class Transport:
         json: Any,
         client_timeout: aiohttp.ClientTimeout | None,
     ) -> _Answer:
-        kwargs: dict[str, Any] = {}
+        """One attempt: the request and the redirects it leads to, the last answer read."""
+        base: dict[str, Any] = {"allow_redirects": False}
         if client_timeout is not None:
-            kwargs["timeout"] = client_timeout
-        if json is not None:
-            kwargs["json"] = json
-        async with session.request(method, url, params=params, headers=headers, **kwargs) as resp:
-            body = await resp.read()
-            reason = resp.reason or ""
-            response = Response(resp.status, resp.headers, str(resp.url), body)
-            cause = None
-            if resp.status >= 400:
-                cause = aiohttp.ClientResponseError(
-                    resp.request_info,
-                    resp.history,
-                    status=resp.status,
-                    message=reason,
-                    headers=resp.headers,
+            base["timeout"] = client_timeout
+        target: str | URL = url
+        origin: URL | None = None
+        # The caller's headers and the URL's credentials belong to the request's origin.
+        trusted = True
+        for hop in range(self.max_redirects + 1):
+            self._check_literal(target)
+            kwargs = dict(base)
+            if json is not None:
+                kwargs["json"] = json
+            hop_headers = headers if trusted else None
+            if hop == 0:
+                kwargs["params"] = params
+            elif trusted and isinstance(target, URL) and target.user is None:
+                hop_headers = _with_url_auth(headers, url)
+            async with session.request(method, target, headers=hop_headers, **kwargs) as resp:
+                here = resp.url
+                origin = here.origin() if origin is None else origin
+                location = (
+                    resp.headers.get("Location") if resp.status in REDIRECT_STATUSES else None
                 )
-            return _Answer(response, cause, reason)
+                if location is None:
+                    return await _answer(resp, url)
+                resp.release()  # the body of a redirect is not read
+            following = _redirect_target(here, location, method, url)
+            if trusted and following.origin() != origin:
+                trusted = False
+                log.info(
+                    "http_redirect_to_another_origin",
+                    method=method,
+                    url=safe_url(here),
+                    location=safe_url(following),
+                    note="sent without the source's headers and credentials",
+                )
+            if (resp.status == 303 and method != "HEAD") or (
+                resp.status in (301, 302) and method == "POST"
+            ):
+                method, json = "GET", None
+            target = following
+        raise SourceError(f"too many redirects (over {self.max_redirects}): {safe_url(url)}")
+
+    def _check_literal(self, target: str | URL) -> None:
+        """Refuse an IP literal host the guard blocks (names are checked by the resolver)."""
+        if not self.block_private_addresses:
+            return
+        try:
+            host = URL(target).raw_host
+        except (TypeError, ValueError):
+            return  # aiohttp reports the invalid URL
+        if host and _looks_like_ip(host):
+            kind = blocked_address_kind(host)
+            if kind is not None:
+                raise _refusal(host, host, kind)
+
+
+async def _answer(resp: aiohttp.ClientResponse, requested_url: str) -> _Answer:
+    body = await resp.read()
+    reason = resp.reason or ""
+    response = Response(resp.status, resp.headers, str(resp.url), body, requested_url)
+    cause = None
+    if resp.status >= 400:
+        cause = aiohttp.ClientResponseError(
+            resp.request_info,
+            resp.history,
+            status=resp.status,
+            message=reason,
+            headers=resp.headers,
+        )
+    return _Answer(response, cause, reason)
+
+
+def _redirect_target(here: URL, location: str, method: str, url: str) -> URL:
+    """The absolute URL a ``Location`` header points to (relative to ``here``)."""
+    try:
+        target = URL(location)
+        if not target.scheme or not target.is_absolute():
+            target = here.join(target)
+        valid = target.scheme in ("http", "https") and bool(target.raw_host)
+    except (TypeError, ValueError):
+        valid = False
+    if not valid:
+        raise SourceError(
+            f"{method} {safe_url(url)} redirected to an unusable location "
+            f"{safe_url(location)!r}: only http(s) URLs are followed"
+        )
+    return target.with_fragment(None)
+
+
+def _with_url_auth(headers: Mapping[str, str] | None, url: str) -> Mapping[str, str] | None:
+    """``headers`` plus the Basic credentials of ``url``, if it has any: aiohttp turns them
+    into an Authorization header for the first hop; later hops on the same origin carry it
+    explicitly, since a Location seldom repeats them."""
+    try:
+        auth = aiohttp.BasicAuth.from_url(URL(url))
+    except (TypeError, ValueError):
+        auth = None
+    if auth is None:
+        return headers
+    return {**(headers or {}), "Authorization": auth.encode()}
 
 
 @functools.lru_cache(maxsize=128)
@@ -320,8 +544,6 @@ def _translate(exc: BaseException, method: str, url: str) -> tuple[SyncdError, b
         return ClientConnectionError(f"TLS error: {where}: {detail}"), False
     if isinstance(exc, aiohttp.ClientConnectorError):
         return ClientConnectionError(f"cannot connect: {where}: {detail}"), True
-    if isinstance(exc, aiohttp.TooManyRedirects):
-        return SourceError(f"too many redirects: {where}"), False
     if isinstance(exc, aiohttp.ClientResponseError):
         # The server's answer could not be parsed as HTTP: a bad gateway of sorts. (Its
         # str() carries the full URL, query included, so only the message is kept.)

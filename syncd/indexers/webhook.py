@@ -7,8 +7,9 @@ from typing import Any
 
 from syncd.errors import SyncdError
 from syncd.indexers.base import IndexerContext
+from syncd.logs import register_secret
 from syncd.models import Document
-from syncd.sources.secrets import resolve_refs
+from syncd.sources.secrets import register_connector_secrets, resolve_refs
 
 
 class WebhookError(SyncdError):
@@ -20,17 +21,25 @@ class WebhookIndexer:
 
     Header values may reference ``${env:NAME}`` / ``${file:/path}``, resolved per request so
     secrets are never stored resolved. A POST is not retried by the transport (it is not
-    idempotent); a failed document can be re-queued through the API.
+    idempotent); a failed document can be re-queued through the API. Header values and the
+    URL's password are registered with the log redaction before the first POST.
     """
 
     def __init__(self, config: Mapping[str, Any], context: IndexerContext) -> None:
         self._url = str(config["url"])
         self._headers = {str(k): str(v) for k, v in dict(config.get("headers") or {}).items()}
         self._context = context
+        self._registered: set[str] = set()
+        register_connector_secrets({}, config)
 
     async def index(self, document: Document) -> None:
         """POST the document; raise :class:`WebhookError` with the status unless 2xx."""
         headers = {k: resolve_refs(v) for k, v in self._headers.items()}
+        # A ${file:} secret may have been rotated since the last POST.
+        for value in headers.values():
+            if value not in self._registered:
+                self._registered.add(value)
+                register_secret(value)
         body = {
             "connector_id": document.connector_id,
             "external_id": document.external_id,

@@ -16,7 +16,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from syncd.errors import SourceError
-from syncd.http.timeouts import positive_number, resolve_timeouts
+from syncd.http.timeouts import resolve_timeouts
 from syncd.http.transport import safe_url
 from syncd.logs import register_secret
 from syncd.models import Page
@@ -28,7 +28,7 @@ from syncd.sources.pagination import (
     build_pagination,
     get_path,
 )
-from syncd.sources.secrets import check_refs, resolve_refs
+from syncd.sources.secrets import check_refs, register_connector_secrets, resolve_refs
 
 __all__ = ["HttpSource", "validate_http_source"]
 
@@ -55,7 +55,9 @@ _PAGINATION_KEYS: dict[str, frozenset[str]] = {
     "offset": frozenset({"offset_param", "limit_param", "limit"}),
     "page": frozenset({"page_param", "start"}),
 }
-_INT_KEYS = frozenset({"limit", "start"})
+_INT_KEYS: dict[str, tuple[int, int]] = {"limit": (1, 1_000_000), "start": (0, 1_000_000_000)}
+_MAX_PAGES = 1_000_000_000
+_TIMEOUT_MAX = 3600
 _HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _PATH_KEYS = frozenset({"next_cursor", "next_url"})
 
@@ -75,6 +77,8 @@ class HttpSource:
             raise SourceError(
                 "invalid http source: " + "; ".join(f"{k}: {v}" for k, v in errors.items())
             )
+        # Before any request: nothing logged or raised from here on may show a secret.
+        register_connector_secrets(config)
         self._transport = context.transport
         self._on_wait = context.on_wait
         self._url: str = config["url"]
@@ -158,13 +162,8 @@ class HttpSource:
                 f"{where} in the response from {safe_url(url)} is a "
                 f"{type(value).__name__}, expected an array"
             )
-        # map(type, ...) runs in C: cheap on every page; the slow search only on failure.
-        if not set(map(type, value)) <= {dict}:
-            index, record = next((i, r) for i, r in enumerate(value) if not isinstance(r, dict))
-            raise SourceError(
-                f"record {index} at {where} from {safe_url(url)} is a "
-                f"{type(record).__name__}, expected an object"
-            )
+        # A record that is not an object is rejected on its own when it becomes a document
+        # (counted on the run with its reason); it never fails the page.
         return value
 
     def _observe(self, records: list[dict[str, Any]], field: str) -> None:
@@ -222,8 +221,8 @@ def validate_http_source(config: Any) -> dict[str, str]:
     _check_timeout(config.get("timeout"), errors)
     if "max_pages" in config:
         value = config["max_pages"]
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            errors["source.max_pages"] = "Must be an integer >= 1"
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= _MAX_PAGES:
+            errors["source.max_pages"] = f"Must be an integer between 1 and {_MAX_PAGES}"
     return errors
 
 
@@ -293,9 +292,9 @@ def _check_pagination(pagination: Any, errors: dict[str, str]) -> None:
         if key not in allowed:
             errors[where] = f"Unknown field for pagination type {kind!r}"
         elif key in _INT_KEYS:
-            minimum = 1 if key == "limit" else 0
-            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-                errors[where] = f"Must be an integer >= {minimum}"
+            low, high = _INT_KEYS[key]
+            if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+                errors[where] = f"Must be an integer between {low} and {high}"
         elif key in _PATH_KEYS:
             if not _is_path(value):
                 errors[where] = "Must be a dotted path (non-empty string)"
@@ -328,8 +327,11 @@ def _check_timeout(timeout: Any, errors: dict[str, str]) -> None:
     for key, value in timeout.items():
         if key not in ("read", "connect"):
             errors[f"source.timeout.{key}"] = "Unknown field"
-        elif positive_number(value) is None:
-            errors[f"source.timeout.{key}"] = "Must be a number of seconds > 0"
+        # Compared, never converted: a 400-digit integer does not fit a float; NaN fails.
+        elif not _is_number(value) or not 0 < value <= _TIMEOUT_MAX:
+            errors[f"source.timeout.{key}"] = (
+                f"Must be a number of seconds > 0 and <= {_TIMEOUT_MAX}"
+            )
 
 
 def _is_path(value: Any) -> bool:

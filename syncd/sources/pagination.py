@@ -13,6 +13,7 @@ from typing import Any, Protocol
 from urllib.parse import urljoin, urlsplit
 
 from syncd.errors import SourceError
+from syncd.http.paginator import describe_cursor
 from syncd.http.transport import Response, safe_url
 
 __all__ = [
@@ -110,12 +111,14 @@ class _UrlPagination:
     @staticmethod
     def _absolute(response: Response, link: str) -> str:
         absolute = urljoin(response.url, link)
-        here, there = urlsplit(response.url), urlsplit(absolute)
-        # The source's headers hold credentials: never hand them to another origin.
-        if (there.scheme, there.netloc) != (here.scheme, here.netloc):
+        # The source's headers hold credentials: never hand them to another origin. The
+        # origin is the one the source asked (a redirect elsewhere does not move it).
+        requested = response.requested_url or response.url
+        there = _origin(absolute)
+        if there is None or there != _origin(requested):
             raise SourceError(
                 f"next page URL {safe_url(absolute)} is on another origin than "
-                f"{safe_url(response.url)}; refusing to follow it"
+                f"{safe_url(requested)}; refusing to follow it"
             )
         return absolute
 
@@ -200,13 +203,27 @@ class PagePagination:
         return str(_number_cursor(cursor, self.start) + 1)
 
 
+def _origin(url: str) -> tuple[str, str, int | None] | None:
+    """(scheme, host, port) of ``url``, default ports filled in; credentials ignored."""
+    try:
+        parts = urlsplit(url)
+        scheme, port = parts.scheme.lower(), parts.port
+    except ValueError:
+        return None
+    port = port if port is not None else {"http": 80, "https": 443}.get(scheme)
+    return scheme, (parts.hostname or "").rstrip("."), port
+
+
 def _number_cursor(cursor: str | None, default: int) -> int:
     if cursor is None:
         return default
     try:
         number = int(cursor)
     except ValueError:
-        raise SourceError(f"invalid cursor {cursor!r}: expected a page number or offset") from None
+        # A resumed cursor may be a next-page URL (the style changed): never quote its query.
+        raise SourceError(
+            f"invalid cursor {describe_cursor(cursor)}: expected a page number or offset"
+        ) from None
     if number < 0:
         raise SourceError(f"invalid cursor {cursor!r}: expected a number >= 0")
     return number

@@ -1,20 +1,34 @@
-"""Secret references in source configs, and redaction of configs for display.
+"""Secret references in source configs, redaction of configs for display, and registration
+of a connector's secrets with the log redaction.
 
 Header (and parameter) values may hold ``${env:NAME}`` or ``${file:/path}``: the reference is
 stored, and resolved only when a request is sent, so the secret itself never reaches the
-store, the API or the logs.
+store, the API or the logs. :func:`register_connector_secrets` registers every secret value
+of a connector (literal or resolved) with :mod:`syncd.logs` as soon as the connector is
+created or loaded, so that no log line or error text written before its first request can
+show one.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 from syncd.errors import SourceError
+from syncd.logs import register_secret
 
-__all__ = ["REDACTED", "check_refs", "redact_source", "resolve_refs"]
+__all__ = [
+    "REDACTED",
+    "check_refs",
+    "connector_secrets",
+    "redact_source",
+    "register_connector_secrets",
+    "resolve_refs",
+]
 
 REDACTED = "***"
 
@@ -104,3 +118,105 @@ def redact_url(text: str) -> str:
         return text
     text = _URL_PASSWORD.sub(rf"\g<head>:{REDACTED}@", text)
     return _QUERY_SECRET.sub(rf"\g<head>{REDACTED}", text)
+
+
+# Keys named like secrets that hold where a secret is, not the secret.
+_NOT_SECRET_NAME = re.compile(r"(?:_file|_path|_url)$", re.IGNORECASE)
+# Keys of ``source.auth`` (DESIGN.md §8) that describe the credential rather than hold it.
+_AUTH_DESCRIPTORS = frozenset(
+    {"type", "in", "name", "grant", "token_url", "scopes", "audience", "username", "client_id"}
+)
+
+
+def register_connector_secrets(
+    source: Mapping[str, Any],
+    indexer: Mapping[str, Any] | None = None,
+    *,
+    environ: Mapping[str, str] = os.environ,
+) -> None:
+    """Register every secret of a connector with the log redaction (:func:`syncd.logs.redact`).
+
+    Call it when a connector is created, patched or loaded, and before a run builds its
+    source: its secrets are then masked before any request is sent or any line is logged.
+    A reference that cannot be resolved yet (variable unset, file missing) is skipped, not an
+    error: the request that needs it fails with its own message, and the value is
+    registered when it resolves. See :func:`connector_secrets` for what counts as a secret.
+    """
+    for value in connector_secrets(source, indexer, environ=environ):
+        register_secret(value)
+
+
+def connector_secrets(
+    source: Mapping[str, Any],
+    indexer: Mapping[str, Any] | None = None,
+    *,
+    environ: Mapping[str, str] = os.environ,
+) -> set[str]:
+    """The secret values of a connector's ``source`` and ``indexer`` configs, resolved.
+
+    Secrets are: every header value; every query parameter that holds a reference or whose
+    name looks like a secret (``api_key``, ``token`` …); the password of every URL; every
+    value of ``source.auth`` but those naming the credential (``type``, ``username`` …);
+    any string under a key named like a secret (plugin configs alike). A value with
+    references counts both whole (resolved) and per resolved reference.
+    """
+    found: set[str] = set()
+    for config in (source, indexer or {}):
+        for value in _secret_values(config, top=True):
+            found.update(_resolved_forms(value, environ))
+    return {v for v in found if v.strip()}
+
+
+def _secret_values(config: Mapping[str, Any], *, top: bool = False) -> Iterator[str]:
+    for key, value in config.items():
+        name = str(key)
+        if top and name in _NOT_SECRET_SUBTREES:
+            continue
+        if name.lower() == "headers" and isinstance(value, Mapping):
+            yield from (str(v) for v in value.values() if isinstance(v, str | int | float))
+        elif name.lower() == "params" and isinstance(value, Mapping):
+            for param, param_value in value.items():
+                if isinstance(param_value, str) and (
+                    "${" in param_value or _SECRET_KEY.search(str(param))
+                ):
+                    yield param_value
+        elif top and name == "auth" and isinstance(value, Mapping):
+            for field, field_value in value.items():
+                if str(field) not in _AUTH_DESCRIPTORS and isinstance(field_value, str):
+                    yield field_value
+        elif isinstance(value, str):
+            if _SECRET_KEY.search(name) and not _NOT_SECRET_NAME.search(name):
+                yield value
+            else:
+                yield from _url_secrets(value)
+        elif isinstance(value, Mapping):
+            yield from _secret_values(value)
+
+
+def _url_secrets(text: str) -> Iterator[str]:
+    """The password and the secret-looking query values of ``text`` if it is a URL."""
+    if "://" not in text:
+        return
+    try:
+        parts = urlsplit(text)
+        password = parts.password
+    except ValueError:
+        return
+    if password:
+        yield password
+        yield unquote(password)
+    for name, value in parse_qsl(parts.query):
+        if value and _SECRET_KEY.search(name):
+            yield value
+
+
+def _resolved_forms(value: str, environ: Mapping[str, str]) -> set[str]:
+    """``value`` (resolved when every reference resolves) and each resolvable reference."""
+    if "${" not in value:
+        return {value}
+    forms: set[str] = set()
+    # A reference not resolvable yet is skipped: registered once a request resolves it.
+    for ref in [*(m.group(0) for m in _REF.finditer(value)), value]:
+        with contextlib.suppress(SourceError):
+            forms.add(resolve_refs(ref, environ=environ))
+    return forms

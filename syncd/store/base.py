@@ -21,6 +21,7 @@ from syncd.models import (
     DocStatus,
     Document,
     DocumentInput,
+    Rejection,
     Run,
     Transition,
     Waiting,
@@ -94,6 +95,8 @@ class Store(Protocol):
         source_state: Mapping[str, Any],
         now: datetime,
         indexed: bool = False,
+        rejected: Sequence[Rejection] = (),
+        note: str | None = None,
     ) -> list[str]:
         """Commit one crawled page in one transaction, fenced by ``run_id``.
 
@@ -102,6 +105,15 @@ class Store(Protocol):
         ``source_state``, ``progress += (1 page, len(documents))``, ``sync_heartbeat_at =
         now``, and add to the run row's ``pages``, ``documents_seen`` and
         ``documents_enqueued``.
+
+        ``rejected`` are the page's records that did not become documents: their number is
+        added to the run's ``documents_rejected`` and the first of them join the run's
+        ``rejections`` sample (at most :data:`~syncd.models.MAX_REJECTIONS` per run, each
+        with ``page`` set to the run's page number). ``note``, when given, becomes the run's
+        note (e.g. why it started over instead of resuming).
+
+        A payload is stored as its canonical JSON text (``payload_json``) and read back
+        exactly: integers of any size, every Unicode character including ``\\u0000``.
 
         A document becomes (or stays) ``pending`` with ``attempts = 0`` and ``error`` null —
         and its external id is returned to be enqueued — when it is new, when its content hash
@@ -137,7 +149,8 @@ class Store(Protocol):
     # --- documents ------------------------------------------------------------------
 
     async def get_document(self, connector_id: str, external_id: str) -> Document | None:
-        """The document with its payload, or ``None``."""
+        """The document with its payload (and ``payload_json``, the stored JSON text), or
+        ``None``."""
 
     async def list_documents(
         self,
@@ -201,7 +214,16 @@ class Store(Protocol):
         """Mark the connector's documents in ``statuses`` as ``failed`` with ``error``."""
 
     async def requeue_documents(
-        self, connector_id: str, *, error: str | None = None, now: datetime
+        self,
+        connector_id: str,
+        *,
+        error: str | None = None,
+        now: datetime,
+        run_id: str | None = None,
     ) -> list[str]:
         """``failed → pending`` (attempts reset) for the connector's failed documents, only
-        those with this ``error`` when given. Returns their external ids."""
+        those with this ``error`` when given. Returns their external ids.
+
+        With ``run_id`` the write is fenced like :meth:`commit_page`: unless the connector's
+        current ``run_id`` is ``run_id``, nothing is written and :class:`Fenced` is raised.
+        """

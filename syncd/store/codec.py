@@ -5,6 +5,10 @@ timestamp, JSON text or a native JSON column) differs, so the converters for dat
 JSON are parameters. The defaults are the text forms the SQLite store uses; a backend whose
 driver returns native values passes :func:`identity`.
 
+Two columns are JSON text on every backend: a document's ``payload`` (its canonical JSON
+text, :func:`syncd.models.canonical_json`, stored and returned as it is so that integers of
+any size and ``\u0000`` survive) and a run's ``rejections`` (ASCII JSON text).
+
 :func:`plan_page` is the one decision of ``commit_page`` that does not depend on the dialect:
 which documents of a crawled page are written and enqueued.
 """
@@ -21,18 +25,22 @@ import orjson
 
 from syncd.models import (
     ABORTED_ERROR,
+    MAX_REJECTIONS,
     Connector,
     ConnectorStatus,
     DocStatus,
     Document,
     DocumentInput,
     Progress,
+    Rejection,
     Run,
     RunOutcome,
     RunTrigger,
     SyncStatus,
     Waiting,
     WaitReason,
+    canonical_json,
+    parse_json,
 )
 
 __all__ = [
@@ -49,7 +57,10 @@ __all__ = [
     "encode_dt",
     "identity",
     "load_json",
+    "merge_rejections",
+    "payload_text",
     "plan_page",
+    "rejections_from_text",
     "run_from_row",
     "waiting_from_columns",
 ]
@@ -111,10 +122,11 @@ def load_json(value: str | bytes | None) -> Any:
 
 
 def payload_text(document: DocumentInput) -> str:
-    """A document's payload as JSON text: the crawl's canonical text when it has one."""
+    """A document's payload as stored: the crawl's canonical JSON text when it has one,
+    else the payload's (:class:`~syncd.models.PayloadError` if it cannot be JSON)."""
     if document.payload_json is not None:
         return document.payload_json
-    return dump_json(document.payload)
+    return canonical_json(document.payload).decode()
 
 
 # --- connectors -------------------------------------------------------------------------
@@ -247,8 +259,35 @@ RUN_COLUMNS: tuple[str, ...] = (
     "documents_enqueued",
     "error",
     "owner",
+    "documents_rejected",
+    "rejections",
+    "note",
 )
 """Every column of the runs table."""
+
+
+def rejections_from_text(text: str | None) -> tuple[Rejection, ...]:
+    """The run's sample of rejected records from its ``rejections`` column."""
+    if not text:
+        return ()
+    return tuple(
+        Rejection(item.get("record", ""), str(item.get("reason", "")), item.get("page"))
+        for item in json.loads(text)
+        if isinstance(item, dict)
+    )
+
+
+def merge_rejections(current: str | None, page: int, rejected: Sequence[Rejection]) -> str | None:
+    """The new ``rejections`` column after a page (number ``page``) rejected ``rejected``:
+    the first :data:`~syncd.models.MAX_REJECTIONS` of the run are kept. ``None`` when the
+    column does not change."""
+    sample: list[Any] = json.loads(current) if current else []
+    room = MAX_REJECTIONS - len(sample)
+    if room <= 0 or not rejected:
+        return None
+    sample.extend({"page": page, "record": r.record, "reason": r.reason} for r in rejected[:room])
+    # ASCII: a reason may quote text from the source, which must fit any text column.
+    return json.dumps(sample, ensure_ascii=True, separators=(",", ":"))
 
 
 def run_from_row(row: Row, *, dt: Callable[[Any], datetime | None] = decode_dt) -> Run:
@@ -267,6 +306,9 @@ def run_from_row(row: Row, *, dt: Callable[[Any], datetime | None] = decode_dt) 
         documents_enqueued=int(row["documents_enqueued"]),
         error=row["error"],
         owner=row["owner"],
+        documents_rejected=int(row["documents_rejected"]),
+        rejections=rejections_from_text(row["rejections"]),
+        note=row["note"],
     )
 
 
@@ -293,10 +335,10 @@ def document_from_row(
     *,
     with_payload: bool = False,
     dt: Callable[[Any], datetime | None] = decode_dt,
-    js: Callable[[Any], Any] = load_json,
 ) -> Document:
     """Build a :class:`Document` from a row holding :data:`DOCUMENT_COLUMNS` (and
-    ``payload`` when ``with_payload``)."""
+    ``payload``, JSON text, when ``with_payload``: parsed exactly, and kept as text too)."""
+    text: str | None = row["payload"] if with_payload else None
     created_at = dt(row["created_at"])
     updated_at = dt(row["updated_at"])
     assert created_at is not None and updated_at is not None  # NOT NULL columns
@@ -310,9 +352,10 @@ def document_from_row(
         error=row["error"],
         attempts=int(row["attempts"]),
         indexed_at=dt(row["indexed_at"]),
-        payload=js(row["payload"]) if with_payload else None,
+        payload=None if text is None else parse_json(text),
         lease_token=row["lease_token"],
         lease_until=dt(row["lease_until"]),
+        payload_json=text,
     )
 
 

@@ -25,6 +25,7 @@ from syncd.models import (
     DocStatus,
     Document,
     DocumentInput,
+    Rejection,
     Run,
     Transition,
     Waiting,
@@ -309,6 +310,8 @@ class PostgresStore:
         source_state: Mapping[str, Any],
         now: datetime,
         indexed: bool = False,
+        rejected: Sequence[Rejection] = (),
+        note: str | None = None,
     ) -> list[str]:
         """Upsert one page and checkpoint it in one transaction fenced by ``run_id``
         (:class:`Fenced` otherwise); the external ids to enqueue."""
@@ -342,7 +345,20 @@ class PostgresStore:
                         DocStatus.INDEXED.value if indexed else DocStatus.PENDING.value,
                     )
                     enqueued = [row[0] for row in rows]
-                await conn.execute(sql.RUN_PAGE, run_id, len(documents), len(enqueued))
+                sample = None
+                if rejected:
+                    run = await conn.fetchrow(sql.RUN_REJECTIONS, run_id)
+                    if run is not None:
+                        sample = codec.merge_rejections(run[1], int(run[0]) + 1, rejected)
+                await conn.execute(
+                    sql.RUN_PAGE,
+                    run_id,
+                    len(documents),
+                    len(enqueued),
+                    len(rejected),
+                    sample,
+                    note,
+                )
         return enqueued
 
     async def report(
@@ -519,12 +535,27 @@ class PostgresStore:
         return _count(status)
 
     async def requeue_documents(
-        self, connector_id: str, *, error: str | None = None, now: datetime
+        self,
+        connector_id: str,
+        *,
+        error: str | None = None,
+        now: datetime,
+        run_id: str | None = None,
     ) -> list[str]:
-        """``failed → pending`` (attempts reset), only those with ``error`` when given."""
+        """``failed → pending`` (attempts reset), only those with ``error`` when given. With
+        ``run_id``, fenced: :class:`Fenced` (nothing written) unless it is the current run."""
         with self._translate("requeue documents"):
-            async with self._acquire() as conn:
-                rows = await conn.fetch(sql.REQUEUE_DOCUMENTS, connector_id, error, now)
+            if run_id is None:
+                async with self._acquire() as conn:
+                    rows = await conn.fetch(sql.REQUEUE_DOCUMENTS, connector_id, error, now)
+            else:
+                async with self._transaction() as conn:
+                    current = await conn.fetchval(sql.LOCK_CURRENT_RUN, connector_id, run_id)
+                    if current is None:
+                        raise Fenced(
+                            f"run {run_id} is not the current run of connector {connector_id}"
+                        )
+                    rows = await conn.fetch(sql.REQUEUE_DOCUMENTS, connector_id, error, now)
         return sorted(row[0] for row in rows)
 
     # --- plumbing -----------------------------------------------------------------------
@@ -596,6 +627,4 @@ def _run(row: asyncpg.Record) -> Run:
 
 
 def _document(row: asyncpg.Record, *, with_payload: bool = False) -> Document:
-    return codec.document_from_row(
-        row, with_payload=with_payload, dt=codec.identity, js=codec.identity
-    )
+    return codec.document_from_row(row, with_payload=with_payload, dt=codec.identity)

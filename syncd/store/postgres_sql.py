@@ -111,6 +111,21 @@ CREATE INDEX documents_connector_status_idx ON documents (connector_id, status, 
 CREATE INDEX documents_lease_idx ON documents (lease_until) WHERE status = 'running';
 """,
     ),
+    (
+        2,
+        # Payloads become their canonical JSON text, as in SQLite: jsonb refuses "\u0000" in
+        # strings, and text is cheaper to write (no parse on insert). Old rows keep jsonb's
+        # rendering of the same value (every digit of a number is kept). Runs gain the count
+        # and a sample of the records they rejected, and a note.
+        """
+ALTER TABLE documents ALTER COLUMN payload TYPE text USING payload::text;
+
+ALTER TABLE runs
+    ADD COLUMN documents_rejected bigint NOT NULL DEFAULT 0,
+    ADD COLUMN rejections text NOT NULL DEFAULT '[]',
+    ADD COLUMN note text;
+""",
+    ),
 )
 
 # --- connectors -------------------------------------------------------------------------
@@ -163,14 +178,14 @@ UPDATE connectors SET
 WHERE id = $1 AND run_id = $2
 RETURNING id"""
 
-# One statement for the whole page. Payloads arrive as JSON text (a jsonb[] parameter would
-# read a list payload as an array dimension). The WHERE of DO UPDATE leaves unchanged documents
-# untouched (no new row version), and RETURNING yields exactly the ids to enqueue.
+# One statement for the whole page; payloads are JSON text, stored as they are. The WHERE of
+# DO UPDATE leaves unchanged documents untouched (no new row version), and RETURNING yields
+# exactly the ids to enqueue.
 UPSERT_DOCUMENTS: Final = """
 INSERT INTO documents AS d
     (connector_id, external_id, status, content_hash, payload, error, attempts,
      created_at, updated_at, indexed_at)
-SELECT $1, t.external_id, $7::text, t.content_hash, t.payload::jsonb, NULL, 0,
+SELECT $1, t.external_id, $7::text, t.content_hash, t.payload, NULL, 0,
        $5::timestamptz, $5::timestamptz,
        CASE WHEN $7::text = 'indexed' THEN $5::timestamptz END
 FROM unnest($2::text[], $3::text[], $4::text[]) AS t(external_id, content_hash, payload)
@@ -182,11 +197,22 @@ WHERE d.content_hash <> excluded.content_hash
    OR (d.status = 'failed' AND d.error = $6)
 RETURNING d.external_id"""
 
+# The sample of rejections is read and rewritten only when a page rejected records (the
+# connector row lock of the fence serialises the run's writes); a null sample or note leaves
+# the column as it is.
+RUN_REJECTIONS: Final = "SELECT pages, rejections FROM runs WHERE id = $1"
+
 RUN_PAGE: Final = """
 UPDATE runs SET
     pages = pages + 1, documents_seen = documents_seen + $2,
-    documents_enqueued = documents_enqueued + $3
+    documents_enqueued = documents_enqueued + $3,
+    documents_rejected = documents_rejected + $4,
+    rejections = coalesce($5::text, rejections), note = coalesce($6::text, note)
 WHERE id = $1"""
+
+# The fence of a run's writes that do not checkpoint (its requeue of aborted documents): the
+# row lock holds off an abort until the write commits.
+LOCK_CURRENT_RUN: Final = "SELECT 1 FROM connectors WHERE id = $1 AND run_id = $2 FOR UPDATE"
 
 REPORT: Final = """
 UPDATE connectors SET sync_heartbeat_at = $3, waiting_reason = $4, waiting_until = $5

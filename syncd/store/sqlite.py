@@ -28,6 +28,7 @@ from syncd.models import (
     DocStatus,
     Document,
     DocumentInput,
+    Rejection,
     Run,
     Waiting,
 )
@@ -40,6 +41,7 @@ from syncd.store.codec import (
     document_from_row,
     dump_json,
     encode_dt,
+    merge_rejections,
     payload_text,
     plan_page,
     run_from_row,
@@ -304,6 +306,8 @@ class SQLiteStore:
         source_state: Mapping[str, Any],
         now: datetime,
         indexed: bool = False,
+        rejected: Sequence[Rejection] = (),
+        note: str | None = None,
     ) -> list[str]:
         """Upsert a crawled page and checkpoint the run in one transaction, fenced by
         ``run_id`` (see :meth:`syncd.store.Store.commit_page`). Returns the external ids to
@@ -333,7 +337,15 @@ class SQLiteStore:
                         for d in enqueue
                     ],
                 )
-            await db.execute(sql.COUNT_PAGE, (len(documents), len(enqueue), run_id))
+            sample = None
+            if rejected:
+                rows = list(await db.execute_fetchall(sql.RUN_REJECTIONS, (run_id,)))
+                if rows:
+                    sample = merge_rejections(rows[0][1], int(rows[0][0]) + 1, rejected)
+            await db.execute(
+                sql.COUNT_PAGE,
+                (len(documents), len(enqueue), len(rejected), sample, note, run_id),
+            )
         return [d.external_id for d in enqueue]
 
     async def report(
@@ -509,12 +521,22 @@ class SQLiteStore:
         return cursor.rowcount
 
     async def requeue_documents(
-        self, connector_id: str, *, error: str | None = None, now: datetime
+        self,
+        connector_id: str,
+        *,
+        error: str | None = None,
+        now: datetime,
+        run_id: str | None = None,
     ) -> list[str]:
         """``failed → pending`` (attempts reset) for the connector's failed documents, only
-        those with this ``error`` when given; their external ids, sorted."""
+        those with this ``error`` when given; their external ids, sorted. With ``run_id``,
+        fenced: :class:`Fenced` (nothing written) unless it is the current run."""
         at = encode_dt(now)
         async with self._write() as db:
+            if run_id is not None:
+                current = await db.execute_fetchall(sql.IS_CURRENT_RUN, (connector_id, run_id))
+                if not list(current):
+                    raise Fenced(f"run {run_id} is no longer the current run of {connector_id}")
             if error is None:
                 rows = await db.execute_fetchall(sql.REQUEUE_DOCUMENTS, (at, connector_id))
             else:

@@ -98,6 +98,15 @@ MIGRATIONS: tuple[Migration, ...] = (
             "CREATE INDEX documents_status ON documents (status, connector_id, external_id)",
         ),
     ),
+    # Rejected records and a note on runs. Payloads were already JSON text.
+    Migration(
+        2,
+        (
+            "ALTER TABLE runs ADD COLUMN documents_rejected INTEGER NOT NULL DEFAULT 0",
+            "ALTER TABLE runs ADD COLUMN rejections TEXT NOT NULL DEFAULT '[]'",
+            "ALTER TABLE runs ADD COLUMN note TEXT",
+        ),
+    ),
 )
 
 # --- setup ------------------------------------------------------------------------------
@@ -199,10 +208,17 @@ UPSERT_DOCUMENT = (
     "attempts = 0, lease_token = NULL, lease_until = NULL, updated_at = excluded.updated_at, "
     "indexed_at = COALESCE(excluded.indexed_at, documents.indexed_at)"
 )
+# The sample of rejections is read and rewritten only when a page rejected records; a null
+# sample or note leaves the column as it is.
+RUN_REJECTIONS = "SELECT pages, rejections FROM runs WHERE id = ?"
 COUNT_PAGE = (
     "UPDATE runs SET pages = pages + 1, documents_seen = documents_seen + ?, "
-    "documents_enqueued = documents_enqueued + ? WHERE id = ?"
+    "documents_enqueued = documents_enqueued + ?, documents_rejected = documents_rejected + ?, "
+    "rejections = COALESCE(?, rejections), note = COALESCE(?, note) WHERE id = ?"
 )
+# The fence of a run's writes that do not checkpoint (e.g. its requeue of aborted documents):
+# read under the write lock, so an abort cannot slip in before the write.
+IS_CURRENT_RUN = "SELECT 1 FROM connectors WHERE id = ? AND run_id = ?"
 REPORT = (
     "UPDATE connectors SET sync_heartbeat_at = ?, waiting_reason = ?, waiting_until = ? "
     "WHERE id = ? AND run_id = ?"

@@ -139,7 +139,7 @@ async def test_sync_while_running_is_a_conflict_naming_the_run(harness: Harness)
     )
     shown = (await harness.api.get(f"/connectors/{c['id']}")).body
     assert (shown["sync_status"], shown["run_id"]) == ("running", run_id)
-    assert shown["sync_owner"] == harness.daemon.instance_id
+    assert shown["sync_owner"] == harness.daemon.owner
     assert UTC_TIMESTAMP.match(shown["sync_started_at"])
 
 

@@ -3,14 +3,20 @@ and secret masking of the control API."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+from collections.abc import AsyncIterator, Mapping
 from datetime import UTC, datetime, timedelta, timezone
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
+import aiohttp
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from syncd.api import build_app, views
+from syncd.config import Config
 from syncd.models import (
     Connector,
     DocStatus,
@@ -21,9 +27,28 @@ from syncd.models import (
 )
 from tests.integration.sourceserver import SourceServer
 
-from .conftest import CONNECTOR_KEYS, TOKEN, ZERO_DOCS, Api, Harness, StartDaemon
+from .conftest import (
+    CONNECTOR_KEYS,
+    TOKEN,
+    ZERO_DOCS,
+    Api,
+    Feed,
+    FeedSource,
+    Harness,
+    HoldIndexer,
+    StartDaemon,
+)
+
+if TYPE_CHECKING:
+    from syncd.indexers.base import IndexerContext
+    from syncd.sources.base import SourceContext
 
 MISSING = "0000000000000000000000000"
+SECONDS = "Must be a number of seconds between 0 and 3600"
+PORT = "Port must be between 1 and 65535"
+NUL = "Must not contain NUL characters (\\u0000)"
+INT64 = "Must be an integer between -9223372036854775808 and 9223372036854775807"
+HTTP = {"type": "http", "url": "http://127.0.0.1:9/items", "records": "data"}
 
 
 def details(reply: Any) -> dict[tuple[Any, ...], str]:
@@ -125,7 +150,7 @@ async def test_patch_validation(api: Api) -> None:
     assert details(reply) == {
         ("body", "status"): "Must be one of: active, paused",
         ("body", "sync_timezone"): "Must be an IANA time zone name (e.g. Europe/Paris) or null",
-        ("body", "throttle_seconds"): "Must be a finite number >= 0",
+        ("body", "throttle_seconds"): SECONDS,
         ("body", "id"): "Unknown field",
     }
     # Nothing was applied.
@@ -140,7 +165,9 @@ async def test_patch_of_an_unknown_connector_is_404_before_422(api: Api) -> None
 # --- query strings ------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("limit", ["0", "1001", "-1", "ten", "", "1.5", " 5", "+5"])
+@pytest.mark.parametrize(
+    "limit", ["0", "1001", "-1", "ten", "", "1.5", " 5", "+5", "\u0663", "9" * 5000, "1" + "0" * 20]
+)
 async def test_bad_limits(api: Api, limit: str) -> None:
     c = await api.create()
     for path in ("/connectors", f"/connectors/{c['id']}/runs", f"/connectors/{c['id']}/documents"):
@@ -375,3 +402,375 @@ def test_connector_json_shows_waits_and_hides_internal_state() -> None:
     assert "pw" not in out["source"]["url"]
     assert out["indexer"]["headers"] == {"K": "***"}
     assert "secret-cursor" not in repr(out) and "high_water" not in repr(out)
+
+
+# --- ranges: refused at create and PATCH, never accepted to fail every run ---------------
+
+
+RANGES: list[tuple[dict[str, Any], dict[tuple[Any, ...], str]]] = [
+    ({"page_retries": 21}, {("body", "page_retries"): "Must be an integer between 0 and 20"}),
+    ({"page_retries": -1}, {("body", "page_retries"): "Must be an integer between 0 and 20"}),
+    ({"page_retry_backoff": 3600.5}, {("body", "page_retry_backoff"): SECONDS}),
+    ({"page_retry_backoff": -0.5}, {("body", "page_retry_backoff"): SECONDS}),
+    ({"throttle_seconds": 1e12}, {("body", "throttle_seconds"): SECONDS}),
+    ({"throttle_seconds": 3601}, {("body", "throttle_seconds"): SECONDS}),
+    (
+        {"retry_on_status": [399, 429, 600]},
+        {
+            ("body", "retry_on_status", 0): "Must be an integer between 400 and 599",
+            ("body", "retry_on_status", 2): "Must be an integer between 400 and 599",
+        },
+    ),
+    (
+        {"source": {**HTTP, "max_pages": 10**30}},
+        {("body", "source", "max_pages"): "Must be an integer between 1 and 1000000000"},
+    ),
+    (
+        {"source": {**HTTP, "max_pages": 0}},
+        {("body", "source", "max_pages"): "Must be an integer between 1 and 1000000000"},
+    ),
+    (
+        {"source": {**HTTP, "pagination": {"type": "offset", "limit": 10**30}}},
+        {("body", "source", "pagination", "limit"): "Must be an integer between 1 and 1000000"},
+    ),
+    (
+        {"source": {**HTTP, "pagination": {"type": "offset", "limit": 0}}},
+        {("body", "source", "pagination", "limit"): "Must be an integer between 1 and 1000000"},
+    ),
+    (
+        {"source": {**HTTP, "pagination": {"type": "page", "start": 10**30}}},
+        {
+            ("body", "source", "pagination", "start"): (
+                "Must be an integer between 0 and 1000000000"
+            )
+        },
+    ),
+    (
+        {"source": {**HTTP, "timeout": {"read": 3601, "connect": 0}}},
+        {
+            ("body", "source", "timeout", "read"): "Must be a number of seconds > 0 and <= 3600",
+            ("body", "source", "timeout", "connect"): (
+                "Must be a number of seconds > 0 and <= 3600"
+            ),
+        },
+    ),
+    (
+        {"source": {**HTTP, "url": "http://127.0.0.1:99999/items"}},
+        {("body", "source", "url"): PORT},
+    ),
+    ({"source": {**HTTP, "url": "http://127.0.0.1:0/items"}}, {("body", "source", "url"): PORT}),
+    (
+        {"indexer": {"type": "webhook", "url": "http://127.0.0.1:65536/hook"}},
+        {("body", "indexer", "url"): PORT},
+    ),
+    (
+        {"indexer": {"type": "webhook", "url": "http://a..b/hook"}},
+        {("body", "indexer", "url"): "Invalid host name"},
+    ),
+]
+
+
+@pytest.mark.parametrize(("fields", "expected"), RANGES)
+async def test_out_of_range_fields(
+    api: Api, fields: dict[str, Any], expected: dict[tuple[Any, ...], str]
+) -> None:
+    c = await api.create()
+    created = await api.post("/connectors", {"name": "n", "source": {"type": "feed"}, **fields})
+    assert details(created) == expected
+    assert details(await api.patch(f"/connectors/{c['id']}", fields)) == expected
+    assert (await api.get(f"/connectors/{c['id']}")).body == c
+    assert [x["id"] for x in (await api.get("/connectors")).body["data"]] == [c["id"]]
+
+
+async def test_out_of_range_fields_are_reported_at_once(api: Api) -> None:
+    fields = {
+        "name": "n",
+        "source": {**HTTP, "url": "http://h:99999/", "max_pages": 10**30},
+        "throttle_seconds": 1e12,
+        "page_retry_backoff": -1,
+    }
+    assert details(await api.post("/connectors", fields)) == {
+        ("body", "source", "url"): PORT,
+        ("body", "source", "max_pages"): "Must be an integer between 1 and 1000000000",
+        ("body", "page_retry_backoff"): SECONDS,
+        ("body", "throttle_seconds"): SECONDS,
+    }
+
+
+BIG = "1" + "0" * 400  # a JSON integer literal no float holds
+
+
+@pytest.mark.parametrize(
+    ("fragment", "loc", "message"),
+    [
+        ('"page_retries": BIG', ("page_retries",), "Must be an integer between 0 and 20"),
+        ('"page_retry_backoff": BIG', ("page_retry_backoff",), SECONDS),
+        ('"throttle_seconds": BIG', ("throttle_seconds",), SECONDS),
+        ('"throttle_seconds": -BIG', ("throttle_seconds",), SECONDS),
+        ('"throttle_seconds": 1e400', ("throttle_seconds",), SECONDS),
+        (
+            '"retry_on_status": [503, BIG]',
+            ("retry_on_status", 1),
+            "Must be an integer between 400 and 599",
+        ),
+        (
+            '"source": {"url": "http://h/", "max_pages": BIG}',
+            ("source", "max_pages"),
+            "Must be an integer between 1 and 1000000000",
+        ),
+        (
+            '"source": {"url": "http://h/", "pagination": {"type": "offset", "limit": BIG}}',
+            ("source", "pagination", "limit"),
+            "Must be an integer between 1 and 1000000",
+        ),
+        (
+            '"source": {"url": "http://h/", "pagination": {"type": "page", "start": BIG}}',
+            ("source", "pagination", "start"),
+            "Must be an integer between 0 and 1000000000",
+        ),
+        (
+            '"source": {"url": "http://h/", "timeout": {"connect": BIG}}',
+            ("source", "timeout", "connect"),
+            "Must be a number of seconds > 0 and <= 3600",
+        ),
+        ('"source": {"url": "http://h/", "params": {"n": BIG}}', ("source", "params", "n"), INT64),
+        ('"source": {"type": "feed", "n": [-BIG]}', ("source", "n", 0), INT64),
+        ('"source": {"type": "feed", "n": 1e400}', ("source", "n"), "Must be a finite number"),
+        ('"indexer": {"type": "hold", "n": {"m": BIG}}', ("indexer", "n", "m"), INT64),
+    ],
+)
+async def test_huge_json_numbers_are_field_errors(
+    api: Api, fragment: str, loc: tuple[Any, ...], message: str
+) -> None:
+    """Read as Python ints (or inf), they once crashed range checks (500) or were stored and
+    then could not be read back."""
+    c = await api.create()
+    fields = fragment.replace("BIG", BIG)
+    source = "" if '"source"' in fields else '"source": {"type": "feed"}, '
+    headers = {"Content-Type": "application/json"}
+    created = await api.call(
+        "POST", "/connectors", data=f'{{"name": "n", {source}{fields}}}', headers=headers
+    )
+    assert details(created) == {("body", *loc): message}
+    patched = await api.call(
+        "PATCH", f"/connectors/{c['id']}", data=f"{{{fields}}}", headers=headers
+    )
+    assert details(patched) == {("body", *loc): message}
+    assert [x["id"] for x in (await api.get("/connectors")).body["data"]] == [c["id"]]
+
+
+async def test_keys_that_look_numeric_are_named_as_given(api: Api) -> None:
+    """Only ASCII digits are an array index in ``loc``; ``"²"`` (a digit to ``isdigit``, not
+    to ``int``) and a 5000-digit key once turned the 422 into a 500."""
+    c = await api.create()
+    long_key = "1" * 5000
+    fields = {"²": 1, long_key: 2, "\u0663": 3, "source": {"type": "feed", "\u00b9": "\x00"}}
+    expected = {
+        ("body", "²"): "Unknown field",
+        ("body", long_key): "Unknown field",
+        ("body", "\u0663"): "Unknown field",
+        ("body", "source", "\u00b9"): NUL,
+    }
+    assert details(await api.post("/connectors", {"name": "n", **fields})) == expected
+    assert details(await api.patch(f"/connectors/{c['id']}", fields)) == expected
+
+
+# --- values no store can hold: both backends ---------------------------------------------
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The store of :func:`any_harness`: a SQLite file, or this test's PostgreSQL database."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path}/syncd.db"
+    # Requested only here, so the SQLite cases never need a server.
+    dsn: str = request.getfixturevalue("postgres_dsn")
+    return dsn
+
+
+@pytest.fixture
+async def any_harness(store_url: str) -> AsyncIterator[Harness]:
+    """A daemon serving its API on each store (in-process queue), with the ``feed`` source
+    and the ``hold`` indexer of the SQLite harness."""
+    from syncd.daemon import Daemon
+
+    config = Config.from_mapping(
+        {
+            "store": {"url": store_url},
+            "queue": {"url": "memory://"},
+            "api": {"listen": "127.0.0.1:0"},
+            "scheduler": {"tick_seconds": 3600},
+            "daemon": {"grace_seconds": 0.1},
+        },
+        environ={},
+    )
+    feed, release = Feed(), asyncio.Event()
+    daemon = Daemon(config)
+
+    def feed_factory(cfg: Mapping[str, Any], ctx: SourceContext) -> FeedSource:
+        return FeedSource(feed)
+
+    def hold_factory(cfg: Mapping[str, Any], ctx: IndexerContext) -> HoldIndexer:
+        return HoldIndexer(release)
+
+    daemon.register_source("feed", feed_factory)
+    daemon.register_indexer("hold", hold_factory)
+    async with daemon:
+        assert daemon.api_address is not None
+        async with aiohttp.ClientSession(base_url=daemon.api_address) as session:
+            try:
+                yield Harness(daemon, Api(session, None), feed, release)
+            finally:
+                feed.release.set()
+                release.set()
+
+
+UNSTORABLE: list[tuple[dict[str, Any], dict[tuple[Any, ...], str]]] = [
+    ({"name": "tick\x00ets"}, {("body", "name"): NUL}),
+    ({"sync_schedule": "*/5 * * * *\x00"}, {("body", "sync_schedule"): NUL}),
+    ({"sync_timezone": "UTC\x00"}, {("body", "sync_timezone"): NUL}),
+    ({"source": {**HTTP, "url": "http://h/\x00"}}, {("body", "source", "url"): NUL}),
+    ({"source": {**HTTP, "params": {"q": "a\x00"}}}, {("body", "source", "params", "q"): NUL}),
+    (
+        {"source": {**HTTP, "params": {"q\x00": "a"}}},
+        {("body", "source", "params"): f"Key 'q\\x00': {NUL}"},
+    ),
+    ({"source": {"type": "feed", "x": [{"y": "\x00"}]}}, {("body", "source", "x", 0, "y"): NUL}),
+    ({"indexer": {"type": "hold", "x": "\x00"}}, {("body", "indexer", "x"): NUL}),
+    (
+        {"indexer": {"type": "webhook", "url": "http://h/", "headers": {"K": "v\x00"}}},
+        {("body", "indexer", "headers", "K"): NUL},
+    ),
+]
+
+
+@pytest.mark.parametrize(("fields", "expected"), UNSTORABLE)
+async def test_text_no_store_can_hold_is_a_field_error(
+    any_harness: Harness, fields: dict[str, Any], expected: dict[tuple[Any, ...], str]
+) -> None:
+    """PostgreSQL refuses NUL in text and JSONB: it was answered 503 Store unavailable."""
+    api = any_harness.api
+    c = await api.create()
+    body = {"name": "n", "source": {"type": "feed"}, **fields}
+    assert details(await api.post("/connectors", body)) == expected
+    assert details(await api.patch(f"/connectors/{c['id']}", fields)) == expected
+    assert (await api.get(f"/connectors/{c['id']}")).body == c
+    assert [x["id"] for x in (await api.get("/connectors")).body["data"]] == [c["id"]]
+
+
+async def test_lone_surrogates_are_refused(any_harness: Harness) -> None:
+    api = any_harness.api
+    c = await api.create()
+    headers = {"Content-Type": "application/json"}
+    for method, path, data in (
+        ("POST", "/connectors", '{"name": "n", "source": {"type": "feed", "x": "\\udc80"}}'),
+        ("PATCH", f"/connectors/{c['id']}", '{"source": {"type": "feed", "\\ud800": 1}}'),
+    ):
+        [(loc, msg)] = details(await api.call(method, path, data=data, headers=headers)).items()
+        assert loc == ("body",) and msg.startswith("Invalid JSON: "), msg
+    assert (await api.get(f"/connectors/{c['id']}")).body == c
+
+
+async def test_ids_no_store_can_hold_are_not_found(any_harness: Harness) -> None:
+    api = any_harness.api
+    c = await api.create()
+    not_found = (404, {"detail": "Connector not found"})
+    for method, suffix in (
+        ("GET", ""),
+        ("PATCH", ""),
+        ("DELETE", ""),
+        ("POST", "/sync"),
+        ("POST", "/sync/abort"),
+        ("GET", "/runs"),
+        ("GET", "/documents"),
+        ("GET", "/documents/x"),
+        ("POST", "/retry-failed"),
+    ):
+        for bad in ("%00", "a%00b"):
+            reply = await api.call(method, f"/connectors/{bad}{suffix}", data="{}")
+            assert (reply.status, reply.body) == not_found, (method, suffix)
+    for bad in ("%00", "x%00y"):
+        reply = await api.get(f"/connectors/{c['id']}/documents/{bad}")
+        assert (reply.status, reply.body) == (404, {"detail": "Document not found"})
+        reply = await api.get(f"/connectors/{MISSING}/documents/{bad}")
+        assert (reply.status, reply.body) == not_found
+
+
+@pytest.mark.parametrize("value", ["\x00", "a\x00", "01a2\x00b"])
+async def test_cursors_no_store_can_compare_are_refused(any_harness: Harness, value: str) -> None:
+    """A cursor is base64 text, and can be forged to carry a NUL."""
+    from syncd.daemon import encode_cursor
+
+    api = any_harness.api
+    c = await api.create()
+    cursor = encode_cursor(value)
+    for path in ("/connectors", f"/connectors/{c['id']}/runs", f"/connectors/{c['id']}/documents"):
+        reply = await api.get(path, params={"cursor": cursor})
+        assert details(reply) == {("query", "cursor"): "Invalid cursor"}, path
+
+
+async def test_values_at_the_bounds_are_stored_and_read_back_unchanged(
+    any_harness: Harness,
+) -> None:
+    """JSON numbers keep their type and value on both stores (a 10**30 once came back from
+    PostgreSQL as a float)."""
+    api = any_harness.api
+    source = {
+        **HTTP,
+        "url": "http://127.0.0.1:65535/items",
+        "params": {"max": 2**63 - 1, "min": -(2**63), "f": 1e308},
+        "pagination": {"type": "offset", "limit": 1_000_000},
+        "timeout": {"read": 3600, "connect": 0.001},
+        "max_pages": 1_000_000_000,
+    }
+    fields = {
+        "page_retries": 20,
+        "page_retry_backoff": 3600,
+        "throttle_seconds": 3600,
+        "retry_on_status": [400, 599],
+    }
+    created = await api.post("/connectors", {"name": "edge", "source": source, **fields})
+    assert created.status == 201, created.body
+    shown = (await api.get(f"/connectors/{created.body['id']}")).text
+    for text in (created.text, shown):
+        body = json.loads(text)
+        assert body["source"] == source
+        assert {k: body[k] for k in fields} == fields
+        assert isinstance(body["source"]["max_pages"], int)
+        assert isinstance(body["source"]["params"]["max"], int)
+    paged = {**source, "pagination": {"type": "page", "start": 1_000_000_000}}
+    patched = await api.patch(f"/connectors/{created.body['id']}", {"source": paged})
+    assert patched.status == 200, patched.body
+    assert (await api.get(f"/connectors/{created.body['id']}")).body["source"] == paged
+
+
+async def test_a_connector_at_the_upper_bounds_syncs(any_harness: Harness) -> None:
+    """The largest accepted values do not make a run fail (a throttle of 1e12 s did)."""
+    api = any_harness.api
+    async with SourceServer(3) as server:
+        reply = await api.post(
+            "/connectors",
+            {
+                "name": "edge",
+                "source": {
+                    "url": f"{server.url}/offset",
+                    "records": "items",
+                    "id_field": "id",
+                    "params": {"big": 2**63 - 1},
+                    "pagination": {"type": "offset", "limit": 1_000_000},
+                    "timeout": {"read": 3600, "connect": 3600},
+                    "max_pages": 1_000_000_000,
+                },
+                "page_retries": 20,
+                "page_retry_backoff": 3600,
+                "throttle_seconds": 3600,
+            },
+        )
+        assert reply.status == 201, reply.body
+        c = reply.body
+        assert (await api.post(f"/connectors/{c['id']}/sync")).status == 202
+        await any_harness.daemon.wait_run(c["id"])
+        assert [r.query["big"] for r in server.requests] == [str(2**63 - 1)]
+    shown = (await api.get(f"/connectors/{c['id']}")).body
+    assert (shown["status"], shown["last_error"]) == ("active", None)
+    assert shown["progress"] == {"pages": 1, "documents": 3}

@@ -26,6 +26,7 @@ from syncd.models import (
     SyncStatus,
     Transition,
     content_hash,
+    document_inputs,
     new_id,
     utcnow,
 )
@@ -105,10 +106,24 @@ def database_of(dsn: str) -> str:
 # --- migrations ---------------------------------------------------------------------------
 
 
+@pytest.fixture
+async def fresh_admin(
+    fresh_postgres_dsn: str,
+) -> AsyncIterator[asyncpg.Connection[asyncpg.Record]]:
+    conn: asyncpg.Connection[asyncpg.Record] = await asyncpg.connect(fresh_postgres_dsn)
+    try:
+        yield conn
+    finally:
+        await conn.close()
+
+
 async def test_two_stores_opening_a_fresh_database_at_once_migrate_once(
-    postgres_dsn: str, admin: asyncpg.Connection[asyncpg.Record]
+    fresh_postgres_dsn: str, fresh_admin: asyncpg.Connection[asyncpg.Record]
 ) -> None:
-    first, second = PostgresStore(postgres_dsn), PostgresStore(postgres_dsn)
+    """Every migration from an empty database (the other tests start from a template
+    database migrated once per session)."""
+    admin = fresh_admin
+    first, second = PostgresStore(fresh_postgres_dsn), PostgresStore(fresh_postgres_dsn)
     # Hold the migration lock so that both openers are provably inside open() at once.
     holder = admin.transaction()
     await holder.start()
@@ -380,25 +395,87 @@ async def test_due_connectors_is_served_by_the_next_run_at_index(
     assert "connectors_next_run_at_idx" in plan
 
 
-async def test_payloads_are_stored_as_json_not_as_json_strings(
+async def test_payloads_are_stored_as_their_canonical_json_text(
     store: PostgresStore, admin: asyncpg.Connection[asyncpg.Record]
 ) -> None:
     c = await store.create_connector(make_connector())
     run_id = new_id()
     await store.mutate_connector(c.id, start_run(run_id))
-    payloads: list[Any] = [{"a": {"b": [1, 2.5, None, True]}, "t": "é✓"}, [1, "x"], "text", 7]
-    page = [DocumentInput(f"d{i}", p, content_hash(p)) for i, p in enumerate(payloads)]
+    payloads: list[Any] = [
+        {"t": "é✓\x00", "a": {"b": [1, 2.5, None, True]}, "n": 2**80},
+        [1, "x"],
+        "text",
+        7,
+    ]
+    page, _ = document_inputs([{"id": f"d{i}", "p": p} for i, p in enumerate(payloads)])
     await store.commit_page(c.id, run_id, page, next_cursor=None, source_state={}, now=utcnow())
-    types = await admin.fetch(
-        "SELECT jsonb_typeof(payload) AS t FROM documents ORDER BY external_id"
+    assert (
+        await admin.fetchval(
+            "SELECT data_type FROM information_schema.columns "
+            "WHERE table_name = 'documents' AND column_name = 'payload'"
+        )
+        == "text"
     )
-    assert [r["t"] for r in types] == ["object", "array", "string", "number"]
+    stored = await admin.fetch("SELECT payload FROM documents ORDER BY external_id")
+    assert [r["payload"] for r in stored] == [d.payload_json for d in page]
+    assert stored[0]["payload"] == (
+        '{"id":"d0","p":{"a":{"b":[1,2.5,null,true]},"n":1208925819614629174706176,'
+        '"t":"é✓\\u0000"}}'
+    )
     for i, p in enumerate(payloads):
         got = await store.get_document(c.id, f"d{i}")
         assert got is not None
-        assert got.payload == p
-    stored = await admin.fetchval("SELECT source FROM connectors WHERE id = $1", c.id)
-    assert stored.startswith("{")  # jsonb text, not a JSON-encoded string
+        assert got.payload == {"id": f"d{i}", "p": p}
+        assert got.payload_json == page[i].payload_json
+    source = await admin.fetchval("SELECT source FROM connectors WHERE id = $1", c.id)
+    assert source.startswith("{")  # connector configuration stays jsonb
+
+
+async def test_migration_2_keeps_jsonb_payloads_and_adds_run_columns(
+    postgres_dsn: str, admin: asyncpg.Connection[asyncpg.Record]
+) -> None:
+    # A database as version 1 left it, with a jsonb payload holding a long number.
+    await admin.execute(f"DROP TABLE documents, runs, connectors, {sql.SCHEMA_VERSION_TABLE}")
+    await admin.execute(sql.MIGRATIONS[0][1])
+    await admin.execute(sql.CREATE_VERSION_TABLE)
+    await admin.execute(sql.RECORD_VERSION, 1)
+    c = make_connector()
+    now = utcnow()
+    await admin.execute(
+        "INSERT INTO connectors (id, name, source, indexer, created_at, updated_at, "
+        "page_retries, page_retry_backoff, throttle_seconds, retry_on_status, status, "
+        "sync_status) VALUES ($1, $2, '{}', '{}', $3, $3, 3, 2.0, 0.0, '{}', 'active', 'idle')",
+        c.id,
+        c.name,
+        now,
+    )
+    await admin.execute(
+        "INSERT INTO runs (id, connector_id, trigger, outcome, started_at) "
+        "VALUES ('r1', $1, 'manual', 'succeeded', $2)",
+        c.id,
+        now,
+    )
+    await admin.execute(
+        "INSERT INTO documents (connector_id, external_id, status, content_hash, payload, "
+        "created_at, updated_at) VALUES ($1, 'a', 'indexed', 'h', "
+        '\'{"n": 123456789012345678901234567890, "t": "x"}\'::jsonb, $2, $2)',
+        c.id,
+        now,
+    )
+
+    migrated = PostgresStore(postgres_dsn)
+    await migrated.open()
+    try:
+        doc = await migrated.get_document(c.id, "a")
+        assert doc is not None
+        assert doc.payload == {"n": 123456789012345678901234567890, "t": "x"}
+        run = await migrated.get_run("r1")
+        assert run is not None
+        assert (run.documents_rejected, run.rejections, run.note) == (0, (), None)
+    finally:
+        await migrated.close()
+    versions = await admin.fetch(f"SELECT version FROM {sql.SCHEMA_VERSION_TABLE}")
+    assert [r["version"] for r in versions] == [v for v, _ in sql.MIGRATIONS]
 
 
 async def test_times_come_back_as_aware_utc(store: PostgresStore) -> None:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
+import json
 import sqlite3
 from dataclasses import replace
 from datetime import timedelta, timezone
@@ -19,11 +21,13 @@ import pytest
 from syncd.errors import ConfigError, Conflict, Fenced, NameConflict, NotFound, StoreError
 from syncd.models import (
     ABORTED_ERROR,
+    MAX_REJECTIONS,
     Connector,
     ConnectorStatus,
     DocStatus,
     Document,
     Progress,
+    Rejection,
     RunEnd,
     RunOutcome,
     RunStart,
@@ -32,6 +36,7 @@ from syncd.models import (
     Transition,
     Waiting,
     WaitReason,
+    document_inputs,
     new_id,
 )
 from syncd.store.base import Change, Store
@@ -632,6 +637,187 @@ async def test_report_heartbeat_and_waiting(store: Store) -> None:
     assert await store.report(c.id, "stale-run", now=at(50), waiting=throttle) is False
     assert await store.report("missing", run_id, now=at(50), waiting=None) is False
     assert await store.get_connector(c.id) == current
+
+
+# --- records: exact payloads, rejections, notes ---------------------------------------
+
+EXACT_RECORDS: list[dict[str, Any]] = [
+    {"id": "big", "n": 2**80, "neg": -(2**100), "edge": [2**63, 2**64, -(2**63) - 1]},
+    {"id": "nul", "text": "a\x00b", "\x00key": ["\x00"], "nested": {"deep": "\x00\x01\x1f"}},
+    {
+        "id": "unicode",
+        "text": "é✓ 😀 \u05e9\u05dc\u05d5\u05dd e\u0301 \u2028\u2029 \ufeff \U0010ffff",
+        "ключ": "значение",
+    },
+    {"id": "floats", "f": [0.1, -0.0, 1e16, 5e-324, 1.7976931348623157e308, 2.5e-7]},
+    {"id": 12345678901234567890123, "mixed": [None, True, False, {}, [], "", 0]},
+]
+
+
+async def test_payloads_round_trip_exactly(store: Store) -> None:
+    c = await add_connector(store)
+    run_id = await start_run(store, c.id)
+    docs, rejected = document_inputs(EXACT_RECORDS)
+    assert rejected == []
+
+    await store.commit_page(c.id, run_id, docs, next_cursor=None, source_state={}, now=at(1))
+
+    for record, doc in zip(EXACT_RECORDS, docs, strict=True):
+        got = await get_doc(store, c.id, doc.external_id)
+        assert got.payload == record
+        # Integers keep their type and every digit (no float on the way).
+        assert json.loads(got.payload_json or "") == record
+        assert got.payload_json == doc.payload_json
+        assert got.content_hash == hashlib.sha256((doc.payload_json or "").encode()).hexdigest()
+    big = await get_doc(store, c.id, "big")
+    assert type(big.payload["n"]) is int
+    assert '"n":1208925819614629174706176' in (big.payload_json or "")
+    assert (await get_doc(store, c.id, "12345678901234567890123")).payload == EXACT_RECORDS[4]
+    nul = await get_doc(store, c.id, "nul")
+    assert '"a\\u0000b"' in (nul.payload_json or "")  # escaped, so any text column holds it
+    claimed = await store.claim_documents(
+        c.id, [d.external_id for d in docs], lease_token="L", lease_until=at(60), now=at(2)
+    )
+    assert {d.external_id: d.payload for d in claimed} == {
+        d.external_id: r for d, r in zip(docs, EXACT_RECORDS, strict=True)
+    }
+    # Unchanged on the next crawl: same canonical text, same hash, nothing to enqueue.
+    again, _ = document_inputs([dict(reversed(list(r.items()))) for r in EXACT_RECORDS])
+    assert [d.content_hash for d in again] == [d.content_hash for d in docs]
+
+
+async def test_commit_page_counts_rejected_records_and_keeps_a_sample(store: Store) -> None:
+    c = await add_connector(store)
+    run_id = await start_run(store, c.id)
+    page1 = [Rejection(i, f"reason {i}") for i in range(4)]
+    page3 = [Rejection(i, f"later {i}") for i in range(8)]
+
+    await store.commit_page(
+        c.id,
+        run_id,
+        [make_doc("a")],
+        next_cursor="p2",
+        source_state={},
+        now=at(1),
+        rejected=page1,
+    )
+    await commit(store, c, run_id, ("b", 1), cursor="p3", now_s=2)
+    await store.commit_page(
+        c.id, run_id, [], next_cursor=None, source_state={}, now=at(3), rejected=page3
+    )
+
+    run = await store.get_run(run_id)
+    assert run is not None
+    assert (run.pages, run.documents_seen, run.documents_enqueued) == (3, 2, 2)
+    assert run.documents_rejected == 12
+    assert run.rejections == tuple(
+        [Rejection(i, f"reason {i}", page=1) for i in range(4)]
+        + [Rejection(i, f"later {i}", page=3) for i in range(6)]
+    )
+    assert len(run.rejections) == MAX_REJECTIONS
+    assert (await store.list_runs(c.id))[0] == run
+    # Rejected records are counted on the run, never stored as documents.
+    assert sorted(await statuses(store, c.id)) == ["a", "b"]
+    current = await store.get_connector(c.id)
+    assert current is not None and current.progress == Progress(pages=3, documents=2)
+    # A full sample still counts.
+    await store.commit_page(
+        c.id,
+        run_id,
+        [],
+        next_cursor=None,
+        source_state={},
+        now=at(4),
+        rejected=[Rejection("x", "one more")],
+    )
+    run = await store.get_run(run_id)
+    assert run is not None and run.documents_rejected == 13
+    assert len(run.rejections) == MAX_REJECTIONS
+
+
+async def test_reasons_of_any_text_are_kept(store: Store) -> None:
+    c = await add_connector(store)
+    run_id = await start_run(store, c.id)
+    odd = Rejection("rec\x00\ud800", "bad \x00 \ud800 é✓")
+    await store.commit_page(
+        c.id, run_id, [], next_cursor=None, source_state={}, now=at(1), rejected=[odd]
+    )
+    run = await store.get_run(run_id)
+    assert run is not None
+    assert run.rejections == (replace(odd, page=1),)
+
+
+async def test_new_runs_have_no_rejections_and_no_note(store: Store) -> None:
+    c = await add_connector(store)
+    run_id = await start_run(store, c.id)
+    run = await store.get_run(run_id)
+    assert run is not None
+    assert (run.documents_rejected, run.rejections, run.note) == (0, (), None)
+
+
+async def test_commit_page_sets_the_run_note(store: Store) -> None:
+    c = await add_connector(store)
+    run_id = await start_run(store, c.id)
+    await store.commit_page(
+        c.id, run_id, [], next_cursor="p2", source_state={}, now=at(1), note="source changed"
+    )
+    await commit(store, c, run_id, ("a", 1), now_s=2)  # no note: the note stays
+    run = await store.get_run(run_id)
+    assert run is not None and run.note == "source changed"
+    await store.commit_page(
+        c.id, run_id, [], next_cursor=None, source_state={}, now=at(3), note="another"
+    )
+    run = await store.get_run(run_id)
+    assert run is not None and run.note == "another"
+
+
+async def test_fenced_commit_records_no_rejections_or_note(store: Store) -> None:
+    c = await add_connector(store)
+    run_id = await start_run(store, c.id)
+    with pytest.raises(Fenced):
+        await store.commit_page(
+            c.id,
+            "another-run",
+            [],
+            next_cursor=None,
+            source_state={},
+            now=at(1),
+            rejected=[Rejection(0, "id field 'id' is null")],
+            note="source changed",
+        )
+    run = await store.get_run(run_id)
+    assert run is not None
+    assert (run.pages, run.documents_rejected, run.rejections, run.note) == (0, 0, (), None)
+
+
+async def test_requeue_documents_fenced_by_run_id(store: Store) -> None:
+    c = await add_connector(store)
+    run_id = await start_run(store, c.id)
+    await commit(store, c, run_id, ("a", 1), ("b", 1))
+    await store.fail_documents(c.id, [DocStatus.PENDING], ABORTED_ERROR, now=at(2))
+
+    with pytest.raises(Fenced):
+        await store.requeue_documents(c.id, error=ABORTED_ERROR, now=at(3), run_id="old-run")
+    with pytest.raises(Fenced):
+        await store.requeue_documents("missing", error=ABORTED_ERROR, now=at(3), run_id=run_id)
+    assert await statuses(store, c.id) == {"a": DocStatus.FAILED, "b": DocStatus.FAILED}
+
+    assert await store.requeue_documents(c.id, error=ABORTED_ERROR, now=at(4), run_id=run_id) == [
+        "a",
+        "b",
+    ]
+    assert await statuses(store, c.id) == {"a": DocStatus.PENDING, "b": DocStatus.PENDING}
+
+    # Once the run is no longer current (aborted), its requeue writes nothing.
+    await store.fail_documents(c.id, [DocStatus.PENDING], ABORTED_ERROR, now=at(5))
+    await store.mutate_connector(
+        c.id, lambda cur: Transition(replace(cur, sync_status=SyncStatus.IDLE, run_id=None))
+    )
+    with pytest.raises(Fenced):
+        await store.requeue_documents(c.id, error=ABORTED_ERROR, now=at(6), run_id=run_id)
+    assert await statuses(store, c.id) == {"a": DocStatus.FAILED, "b": DocStatus.FAILED}
+    # Without a run id the requeue is not fenced (the API's retry-failed).
+    assert await store.requeue_documents(c.id, now=at(7)) == ["a", "b"]
 
 
 # --- runs -----------------------------------------------------------------------------

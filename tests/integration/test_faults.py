@@ -12,7 +12,9 @@ from typing import Any
 import asyncpg
 import pytest
 
+from syncd import rules
 from syncd.daemon import Daemon
+from syncd.errors import NotFound
 from syncd.indexers.base import IndexerContext
 from syncd.models import (
     Connector,
@@ -22,6 +24,7 @@ from syncd.models import (
     Run,
     RunOutcome,
     SyncStatus,
+    utcnow,
 )
 from tests.conftest import POSTGRES_ADMIN_DSN
 from tests.integration.conftest import http_source
@@ -53,6 +56,16 @@ class QueuedIndexer:
 
     async def index(self, document: Document) -> None:
         return None
+
+
+class HeldIndexer:
+    """Indexes nothing, ever: its documents stay in a worker's hands until cancelled."""
+
+    def __init__(self, config: Mapping[str, Any], context: IndexerContext) -> None:
+        pass
+
+    async def index(self, document: Document) -> None:
+        await asyncio.Event().wait()
 
 
 @pytest.fixture
@@ -290,3 +303,76 @@ async def test_redis_restarted_mid_sync(
     await _assert_recovered(daemon, c.id, source)
     # The new run resumed after the last committed page.
     assert source.cursors[cursors_before:] == ["page-2"]
+
+
+async def test_abort_and_delete_do_not_wait_for_an_unreachable_queue(
+    private_redis: RedisServer, start_daemon: StartDaemon, source: SourceServer
+) -> None:
+    """The store is the truth (DESIGN.md §4): with Redis down an abort still answers, the run
+    stops at once, its documents are failed; the purge waits for the queue to answer."""
+    daemon = await start_daemon(
+        private_redis.url, "syncd-faults", workers={"concurrency": 1, "batch_size": 5}
+    )
+    daemon.register_indexer("held", HeldIndexer)
+    c = await daemon.create_connector(
+        {"name": "items", "indexer": {"type": "held"}, "source": http_source(source)}
+    )
+    source.hang_on("page-1")
+    run_id = await daemon.trigger_sync(c.id)
+    await source.requested("page-1").wait()
+    # Five documents in the worker's hands, five still queued.
+    counts = await daemon.wait_documents(c.id, lambda n: n[DocStatus.RUNNING] == 5)
+    assert counts[DocStatus.PENDING] == 5
+
+    await private_redis.stop()
+    assert await asyncio.wait_for(daemon.abort_sync(c.id), 5.0) == run_id
+    await asyncio.wait_for(daemon.wait_run(c.id), 1.0)
+    after = await daemon.get_connector(c.id)
+    assert after.sync_status is SyncStatus.IDLE and after.run_id is None
+    counts = await daemon.document_counts(c.id)
+    assert (counts[DocStatus.FAILED], counts[DocStatus.PENDING]) == (10, 0)
+    assert (await _last_run(daemon, c.id)).outcome is RunOutcome.ABORTED
+    assert source.cursors == [None, "page-1"]
+    source.release()
+
+    # A delete does not wait for the queue either.
+    other = await daemon.create_connector({"name": "other", "source": http_source(source)})
+    await asyncio.wait_for(daemon.delete_connector(other.id), 5.0)
+    await daemon.wait_deleted(other.id)
+    with pytest.raises(NotFound):
+        await daemon.get_connector(other.id)
+
+    # Back (empty, as after a crash): the owed purge and the rebuild leave nothing of the
+    # aborted connector queued; a new sync completes.
+    await private_redis.start()
+
+    async def purged() -> bool:
+        # The rebuild retries once a second until the queue answers.
+        return c.id not in daemon._owed_purges and c.id not in await daemon.queue.depth()
+
+    await poll_until(purged, "the owed purge")
+    await daemon.update_connector(c.id, {"indexer": QUEUED})
+    await _assert_recovered(daemon, c.id, source)
+
+
+async def test_an_orphaned_run_shows_its_dead_incarnation(
+    start_daemon: StartDaemon, source: SourceServer, redis_url: str, redis_prefix: str
+) -> None:
+    """With a fixed instance id, the owner of a run names the process incarnation, so an
+    operator can tell a run orphaned by a crash from one the restarted process runs."""
+    first = await start_daemon(redis_url, redis_prefix)
+    c, _ = await _sync_hung_on_page_1(first, source)
+    dead_owner = (await first.get_connector(c.id)).sync_owner
+    assert dead_owner == first.owner and dead_owner.startswith("instance-a/")
+    await first.stop(grace=0)  # interrupted: idle again
+    # The crash: the store still says running, owned by the first incarnation.
+    await first.store.open()
+    await first.store.mutate_connector(
+        c.id, lambda x: rules.trigger(x, run_id="orphan", owner=dead_owner, now=utcnow())
+    )
+    await first.store.close()
+    source.release()
+    second = await start_daemon(redis_url, redis_prefix)
+    assert second.instance_id == first.instance_id and second.owner != dead_owner
+    orphaned = await second.get_connector(c.id)
+    assert orphaned.sync_owner == dead_owner != second.owner

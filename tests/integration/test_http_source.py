@@ -418,7 +418,7 @@ REF_HELP = "use ${env:NAME} or ${file:/path}"
         (
             {**U, "pagination": {"type": "offset", "limit": 0}},
             "source.pagination.limit",
-            "Must be an integer >= 1",
+            "Must be an integer between 1 and 1000000",
         ),
         (
             {**U, "pagination": {"type": "page", "limit": 5}},
@@ -431,13 +431,17 @@ REF_HELP = "use ${env:NAME} or ${file:/path}"
             "Must be a dotted path (non-empty string)",
         ),
         ({**U, "incremental": {"field": "u"}}, "source.incremental.param", "Field required"),
-        ({**U, "timeout": {"read": 0}}, "source.timeout.read", "Must be a number of seconds > 0"),
+        (
+            {**U, "timeout": {"read": 0}},
+            "source.timeout.read",
+            "Must be a number of seconds > 0 and <= 3600",
+        ),
         (
             {**U, "timeout": {"read": True}},
             "source.timeout.read",
-            "Must be a number of seconds > 0",
+            "Must be a number of seconds > 0 and <= 3600",
         ),
-        ({**U, "max_pages": 0}, "source.max_pages", "Must be an integer >= 1"),
+        ({**U, "max_pages": 0}, "source.max_pages", "Must be an integer between 1 and 1000000000"),
     ],
 )
 def test_invalid_configs(config: Any, field: str, message: str) -> None:
@@ -526,3 +530,28 @@ def test_next_url_on_another_origin_is_refused() -> None:
     )
     with pytest.raises(SourceError, match="another origin"):
         style.next_cursor(None, response, {"next": "https://evil.example.net/x"}, [])
+
+
+def test_next_url_is_held_to_the_requested_origin_after_a_redirect() -> None:
+    # The response came from elsewhere (a redirect): a link relative to it is on that other
+    # origin, not the one the source's credentials belong to.
+    response = Response(
+        200, {}, "https://cdn.example.net/items", b"", "https://reader:pw@api.example.com/items"
+    )
+    style = NextUrlPagination(next_url_path="next")
+    with pytest.raises(SourceError, match=r"another origin than https://api\.example\.com/items"):
+        style.next_cursor(None, response, {"next": "/items?p=2"}, [])
+    same = Response(200, {}, "https://api.example.com:443/a", b"", "https://api.example.com/a")
+    assert style.next_cursor(None, same, {"next": "/b"}, []) == "https://api.example.com:443/b"
+
+
+async def test_invalid_resume_cursor_does_not_quote_a_url_query(transport: Transport) -> None:
+    # A cursor left by a next_url crawl, after the pagination style changed to offset.
+    source = make_source(
+        {"url": "http://127.0.0.1:9/items", "pagination": {"type": "offset"}}, transport
+    )
+    with pytest.raises(SourceError, match="invalid cursor") as info:
+        await source.fetch_page("http://u:pw-1@127.0.0.1:9/items?api_key=k-secret-1&page=2")
+    assert str(info.value).startswith(
+        "invalid cursor http://127.0.0.1:9/items?api_key=***&page=***:"
+    )

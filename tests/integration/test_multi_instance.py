@@ -107,15 +107,15 @@ async def test_fifty_triggers_over_two_instances_start_one_run(
     assert {e.extra["run_id"] for e in conflicts} == set(started)
     running = await b.get_connector(c.id)
     assert running.sync_status is SyncStatus.RUNNING and running.run_id == started[0]
-    owner = a if running.sync_owner == a.instance_id else b
-    assert running.sync_owner in (a.instance_id, b.instance_id)
+    owner = a if running.sync_owner == a.owner else b
+    assert running.sync_owner in (a.owner, b.owner)
     assert owner.engine.running == {c.id: started[0]}
     assert (a if owner is b else b).engine.running == {}
     source.release()
     await asyncio.gather(a.wait_run(c.id), b.wait_run(c.id))
     runs, _ = await a.list_runs(c.id)
     assert [(r.id, r.outcome, r.owner) for r in runs] == [
-        (started[0], RunOutcome.SUCCEEDED, owner.instance_id)
+        (started[0], RunOutcome.SUCCEEDED, owner.owner)
     ]
     assert source.cursors == [None, "page-1", "page-2"]
     await wait_indexed(a, c.id, 25, others=[b])
@@ -159,7 +159,9 @@ async def _run_hung_on_b(b: Daemon, a: Daemon, source: SourceServer) -> tuple[st
     return c.id, run_id
 
 
-async def _assert_aborted(a: Daemon, cid: str, run_id: str, source: SourceServer) -> None:
+async def _assert_aborted(
+    a: Daemon, cid: str, run_id: str, source: SourceServer, b_owner: str
+) -> None:
     source.release()
     # B's run has ended: it cannot ask for another page whatever the server answers now.
     assert source.cursors == [None, "page-1"]
@@ -167,9 +169,7 @@ async def _assert_aborted(a: Daemon, cid: str, run_id: str, source: SourceServer
     assert after.sync_status is SyncStatus.IDLE and after.run_id is None
     assert after.last_synced_at is None
     runs, _ = await a.list_runs(cid)
-    assert [(r.id, r.outcome, r.owner) for r in runs] == [
-        (run_id, RunOutcome.ABORTED, "instance-b")
-    ]
+    assert [(r.id, r.outcome, r.owner) for r in runs] == [(run_id, RunOutcome.ABORTED, b_owner)]
 
 
 async def test_abort_sent_to_a_stops_the_run_on_b(
@@ -186,7 +186,7 @@ async def test_abort_sent_to_a_stops_the_run_on_b(
     elapsed = time.perf_counter() - started
     assert elapsed < 1.0, f"the run on B stopped after {elapsed:.3f}s"
     assert b.engine.running == {}
-    await _assert_aborted(a, cid, run_id, source)
+    await _assert_aborted(a, cid, run_id, source, b.owner)
 
 
 async def test_abort_without_broadcast_stops_the_run_on_b_by_its_poll(
@@ -202,7 +202,7 @@ async def test_abort_without_broadcast_stops_the_run_on_b_by_its_poll(
     elapsed = time.perf_counter() - started
     assert elapsed < 1.0, f"the run on B stopped after {elapsed:.3f}s"
     assert b.engine.running == {}
-    await _assert_aborted(a, cid, run_id, source)
+    await _assert_aborted(a, cid, run_id, source, b.owner)
 
 
 # --- an instance killed while indexing ---------------------------------------------------

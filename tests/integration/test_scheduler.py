@@ -104,7 +104,7 @@ async def test_young_run_is_skipped_and_stale_lock_is_taken_over(
     runs, _ = await daemon.list_runs(c.id)
     assert [(r.trigger, r.outcome) for r in runs] == [(RunTrigger.STALE_LOCK, RunOutcome.SUCCEEDED)]
     after = await daemon.get_connector(c.id)
-    assert after.sync_status is SyncStatus.IDLE and after.sync_owner == daemon.instance_id
+    assert after.sync_status is SyncStatus.IDLE and after.sync_owner == daemon.owner
 
 
 async def test_stale_takeover_marks_the_old_run_interrupted(

@@ -14,6 +14,7 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp import web
+from aiohttp.abc import AbstractResolver, ResolveResult
 
 from syncd.errors import (
     ClientConnectionError,
@@ -22,8 +23,16 @@ from syncd.errors import (
     ServerError,
     SourceError,
 )
+from syncd.http.paginator import AsyncCursorPaginator
 from syncd.http.timeouts import Timeouts
-from syncd.http.transport import Transport
+from syncd.http.transport import (
+    BlockedAddressError,
+    Transport,
+    _GuardedResolver,
+    blocked_address_kind,
+)
+from syncd.sources import HttpSource
+from syncd.sources.base import SourceContext
 from tests.integration.sourceserver import SourceServer
 
 
@@ -371,3 +380,106 @@ async def test_unbuildable_request_is_a_source_error_without_the_value(
         await transport.request("GET", server.items_url, headers={"X-Key": "s3cret\r\nX: y"})
     assert "s3cret" not in str(info.value)
     assert server.requests == []
+
+
+# --- the SSRF guard (http.block_private_addresses) ------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("host", "shown"),
+    [
+        ("127.0.0.1", r"refused: 127\.0\.0\.1 is a loopback address;"),
+        ("localhost", r"refused: localhost resolves to a loopback address \((127\.0\.0\.1|::1)\);"),
+        ("[::1]", r"refused: ::1 is a loopback address;"),
+    ],
+)
+async def test_guard_refuses_loopback_before_any_request(
+    server: SourceServer, sleeps: Sleeps, host: str, shown: str
+) -> None:
+    port = server.url.rsplit(":", 1)[1]
+    retries: list[int] = []
+    async with Transport(
+        sleep=sleeps, block_private_addresses=True, on_retry=lambda e, n: retries.append(n)
+    ) as t:
+        with pytest.raises(BlockedAddressError, match=shown) as info:
+            await t.request("GET", f"http://{host}:{port}/items?token=abc")
+    assert str(info.value).endswith("; http.block_private_addresses is set")
+    assert isinstance(info.value, ClientConnectionError)
+    assert "abc" not in str(info.value)
+    assert server.requests == []  # nothing reached the server
+    assert retries == [] and sleeps.calls == []  # a refusal is not retried
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "localhost"])
+async def test_without_the_guard_loopback_works(server: SourceServer, host: str) -> None:
+    port = server.url.rsplit(":", 1)[1]
+    async with Transport() as t:
+        response = await t.request("GET", f"http://{host}:{port}/items")
+    assert response.status == 200
+    assert len(server.requests) == 1
+
+
+async def test_paginator_does_not_retry_a_refusal(server: SourceServer, sleeps: Sleeps) -> None:
+    async with Transport(sleep=sleeps, block_private_addresses=True) as t:
+        source = HttpSource({"url": server.items_url, "records": "data"}, SourceContext("c", t))
+        pages = AsyncCursorPaginator(source.fetch_page, max_retries=3, sleep=sleeps)
+        with pytest.raises(BlockedAddressError):
+            await anext(pages)
+    assert sleeps.calls == []
+    assert server.requests == []
+
+
+@pytest.mark.parametrize(
+    ("address", "kind"),
+    [
+        ("10.0.0.5", "private"),
+        ("192.168.1.1", "private"),
+        ("169.254.169.254", "cloud metadata"),
+        ("fd00:ec2::254", "cloud metadata"),
+        ("169.254.1.1", "link-local"),
+        ("fe80::1", "link-local"),
+        ("fc00::1", "unique-local"),
+        ("::ffff:10.0.0.1", "private"),
+        ("::ffff:127.0.0.1", "loopback"),
+        ("0.0.0.0", "unspecified"),
+        ("224.0.0.251", "multicast"),
+        ("ff02::1", "multicast"),
+        ("240.0.0.1", "reserved"),
+        ("100.64.0.1", "non-public"),
+        ("not-an-address", "unrecognised"),
+        ("93.184.216.34", None),
+        ("2606:4700:4700::1111", None),
+    ],
+)
+def test_blocked_address_kinds(address: str, kind: str | None) -> None:
+    assert blocked_address_kind(address) == kind
+
+
+class FixedResolver(AbstractResolver):
+    """Answers every name with fixed addresses (the guard's input, no DNS needed)."""
+
+    def __init__(self, *addresses: str) -> None:
+        self.addresses = addresses
+
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[ResolveResult]:
+        return [
+            ResolveResult(hostname=host, host=a, port=port, family=family, proto=0, flags=0)
+            for a in self.addresses
+        ]
+
+    async def close(self) -> None:
+        return None
+
+
+async def test_guarded_resolver_refuses_a_name_with_any_private_address() -> None:
+    public = _GuardedResolver(FixedResolver("93.184.216.34"))
+    assert [r["host"] for r in await public.resolve("api.example.com", 443)] == ["93.184.216.34"]
+    mixed = _GuardedResolver(FixedResolver("93.184.216.34", "10.0.0.5"))
+    with pytest.raises(BlockedAddressError) as info:
+        await mixed.resolve("api.example.com", 443)
+    assert str(info.value) == (
+        "refused: api.example.com resolves to a private address (10.0.0.5); "
+        "http.block_private_addresses is set"
+    )

@@ -81,6 +81,7 @@ def test_full_file(tmp_path: Path) -> None:
         [http]
         timeout_read = 12.5
         timeout_connect = 2
+        block_private_addresses = true
         [log]
         level = "DEBUG"
         format = "json"
@@ -105,6 +106,7 @@ def test_full_file(tmp_path: Path) -> None:
     assert config.scheduler.stale_lock_seconds == 600.5
     assert config.workers == WorkersConfig(16, 5.0, 60.0, 10)
     assert (config.http.timeout_read, config.http.timeout_connect) == (12.5, 2.0)
+    assert config.http.block_private_addresses is True
     assert (config.log.level, config.log.format) == ("debug", "json")
     assert config.sync == SyncConfig(0, 0.0, 0.25, (429, 503), 0.5)
     assert config.daemon == DaemonConfig("node-1", 0.0)
@@ -209,11 +211,16 @@ BAD_VALUES: list[tuple[str, str, Any, str]] = [
     ("workers", "batch_size", 2.0, "expected an integer ≥ 1, got 2.0"),
     ("http", "timeout_read", 0, "expected a number > 0, got 0"),
     ("http", "timeout_connect", "5s", "expected a number > 0, got '5s'"),
+    ("http", "block_private_addresses", "yes", "expected true or false, got 'yes'"),
+    ("http", "block_private_addresses", 1, "expected true or false, got 1"),
     ("log", "level", "verbose", "expected one of debug, info, warning, error, got 'verbose'"),
     ("log", "format", "xml", "expected one of auto, json, console, got 'xml'"),
-    ("sync", "page_retries", -1, "expected an integer ≥ 0, got -1"),
-    ("sync", "page_retry_backoff", -0.5, "expected a number ≥ 0, got -0.5"),
-    ("sync", "throttle_seconds", "fast", "expected a number ≥ 0, got 'fast'"),
+    ("sync", "page_retries", -1, "expected an integer from 0 to 20, got -1"),
+    ("sync", "page_retries", 21, "expected an integer from 0 to 20, got 21"),
+    ("sync", "page_retry_backoff", -0.5, "expected a number ≥ 0 and ≤ 3600, got -0.5"),
+    ("sync", "throttle_seconds", "fast", "expected a number ≥ 0 and ≤ 3600, got 'fast'"),
+    ("sync", "throttle_seconds", 1e12, "expected a number ≥ 0 and ≤ 3600, got 1000000000000.0"),
+    ("scheduler", "tick_seconds", 10**400, "expected a number > 0, got 1000"),
     ("sync", "retry_on_status", [502, 600], "expected a list of HTTP status codes 400-599"),
     ("sync", "retry_on_status", 503, "expected a list of HTTP status codes 400-599, got 503"),
     ("sync", "retry_on_status", [True], "expected a list of HTTP status codes 400-599"),
@@ -310,7 +317,7 @@ def test_environment_overrides_the_file(tmp_path: Path) -> None:
     assert config.daemon.instance_id == "node-7"
 
 
-def test_every_key_but_http_has_an_environment_override() -> None:
+def test_every_key_but_the_http_timeouts_has_an_environment_override() -> None:
     # A value that fails every check proves the variable was read.
     sections = {
         "store": ["url", "statement_cache_size", "pool_min_size", "pool_max_size"],
@@ -327,6 +334,7 @@ def test_every_key_but_http_has_an_environment_override() -> None:
             "heartbeat_seconds",
         ],
         "daemon": ["instance_id", "grace_seconds"],
+        "http": ["block_private_addresses"],
     }
     for section, keys in sections.items():
         for key in keys:
@@ -344,9 +352,20 @@ def test_http_timeouts_are_not_read_from_the_environment() -> None:
     assert (config.http.timeout_read, config.http.timeout_connect) == (7.0, 5.0)
 
 
+def test_block_private_addresses_is_off_by_default_and_read_from_the_environment() -> None:
+    assert Config().http.block_private_addresses is False
+    for text, expected in [("true", True), (" 1 ", True), ("on", True), ("False", False)]:
+        config = Config.from_mapping(
+            {"http": {"block_private_addresses": not expected}},
+            environ={"SYNCD_HTTP_BLOCK_PRIVATE_ADDRESSES": text},
+        )
+        assert config.http.block_private_addresses is expected, text
+
+
 @pytest.mark.parametrize(
     ("var", "value", "message"),
     [
+        ("SYNCD_HTTP_BLOCK_PRIVATE_ADDRESSES", "maybe", "expected true or false, got 'maybe'"),
         ("SYNCD_WORKERS_CONCURRENCY", "four", "expected an integer ≥ 1, got 'four'"),
         ("SYNCD_WORKERS_CONCURRENCY", "0", "expected an integer ≥ 1, got '0'"),
         ("SYNCD_WORKERS_CONCURRENCY", "2.5", "expected an integer ≥ 1, got '2.5'"),

@@ -21,9 +21,11 @@ from yarl import URL
 
 from syncd import logs
 from syncd.logs import (
+    DRIVER_LOGGERS,
     MASK,
     Redactor,
     configure_logging,
+    redact,
     redact_text,
     register_secret,
     set_level,
@@ -38,6 +40,7 @@ def logging_state() -> Iterator[None]:
     """Restore stdlib logging, structlog and the context after each test."""
     root = logging.getLogger()
     handlers, level = list(root.handlers), root.level
+    drivers = {name: logging.getLogger(name).level for name in DRIVER_LOGGERS}
     config = structlog.get_config()
     # Other tests (an HTTP source, the runner) register secrets process-wide: start from none.
     registered = dict(logs._registry._values)
@@ -50,6 +53,8 @@ def logging_state() -> Iterator[None]:
     logs._registry._compile()
     root.handlers[:] = handlers
     root.setLevel(level)
+    for name, driver_level in drivers.items():
+        logging.getLogger(name).setLevel(driver_level)
     structlog.configure(**config)
     structlog.contextvars.clear_contextvars()
 
@@ -185,6 +190,39 @@ def test_level_filtering_and_reload_at_run_time() -> None:
     log.warning("dropped again")
     log.error("once")
     assert [line["event"] for line in lines(buf)] == ["kept", "now visible", "once"]
+
+
+def test_driver_loggers_never_log_below_info(secret: str) -> None:
+    # aiosqlite logs every call with its SQL parameters at DEBUG (a connector's source,
+    # literal header values included): those lines must not exist at all.
+    buf = io.StringIO()
+    header = f"canary-sql-{uuid.uuid4().hex}"
+    configure_logging("debug", "json", stream=buf)
+    logging.getLogger("aiosqlite").debug("executing %s", f"partial(execute, ('{header}',))")
+    logging.getLogger("asyncpg.protocol").debug("bind %s", header)
+    logging.getLogger("redis.asyncio.connection").debug("send %s", header)
+    logging.getLogger("aiosqlite").info("kept")
+    logging.getLogger("aiohttp.client").debug("library debug kept")
+    structlog.get_logger("syncd.sync").debug("syncd debug kept")
+    set_level("debug")  # a reload does not lift the cap either
+    logging.getLogger("aiosqlite").debug("returning %s", header)
+    assert header not in buf.getvalue()
+    assert [line["event"] for line in lines(buf)] == [
+        "kept",
+        "library debug kept",
+        "syncd debug kept",
+    ]
+    configure_logging("warning", "json", stream=buf)  # above INFO, the level applies
+    logging.getLogger("asyncpg").info("dropped")
+    assert [line["event"] for line in lines(buf)][-1] == "syncd debug kept"
+
+
+def test_redact_is_the_log_redaction_for_error_texts(secret: str) -> None:
+    text = f"failed: {secret} at postgresql://u:pw-123@db/x with Authorization: Bearer abc.def"
+    assert (
+        redact(text) == f"failed: {MASK} at postgresql://u:{MASK}@db/x with Authorization: {MASK}"
+    )
+    assert redact("HTTP 500 from GET http://h/items") == "HTTP 500 from GET http://h/items"
 
 
 def test_configure_leaves_other_handlers_alone() -> None:

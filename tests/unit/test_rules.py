@@ -367,3 +367,50 @@ ConnectorMachine.TestCase.settings = settings(
     max_examples=200, stateful_step_count=40, deadline=None
 )
 TestConnectorMachine = ConnectorMachine.TestCase
+
+
+# --- crawl state: marks of completed crawls and of the crawl in progress ---------------------
+
+
+def test_a_fresh_crawl_starts_from_the_completed_mark_and_a_resumed_one_from_its_own() -> None:
+    c = make(source_state={"completed": {"high_water": 50}, "crawl": {"high_water": 100}})
+    assert rules.start_state(c, resuming=False) == {"high_water": 50}
+    assert rules.start_state(c, resuming=True) == {"high_water": 100}
+    assert rules.page_state(c, {"high_water": 120}) == {
+        "completed": {"high_water": 50},
+        "crawl": {"high_water": 120},
+    }
+
+
+def test_only_a_completed_crawl_promotes_its_mark() -> None:
+    c = running(source_state={"completed": {"hw": 50}, "crawl": {"hw": 100}})
+    assert rules.succeed(c, run_id="r1", now=T0).connector.source_state == {
+        "completed": {"hw": 100}
+    }
+    for ended in (
+        rules.fail(c, run_id="r1", error="boom", now=T0),
+        rules.interrupt(c, run_id="r1", now=T0),
+        rules.abort(c, now=T0),
+    ):
+        assert ended.connector.source_state == c.source_state
+
+
+def test_a_state_written_before_crawls_were_tracked_serves_as_both() -> None:
+    c = make(source_state={"since": 1, "high_water": 9})
+    assert rules.crawl_states(c) == ({"since": 1, "high_water": 9}, {"since": 1, "high_water": 9})
+
+
+def test_patching_the_source_discards_the_resume_cursor_and_the_crawl_mark() -> None:
+    c = make(
+        resume_cursor="p3",
+        source_state={"completed": {"hw": 50}, "crawl": {"hw": 100}},
+    )
+    changed = rules.patch(c, {"source": {"type": "http", "url": "http://x/y"}}, now=T0)
+    assert changed.connector.resume_cursor is None
+    assert changed.connector.source_state == {"completed": {"hw": 50}, "reset": "source changed"}
+    assert rules.reset_reason(changed.connector) == "source changed"
+    assert rules.start_state(changed.connector, resuming=False) == {"hw": 50}
+    same = rules.patch(c, {"source": dict(c.source)}, now=T0)
+    assert same.connector.resume_cursor == "p3"
+    assert same.connector.source_state == c.source_state
+    assert rules.reset_reason(same.connector) is None

@@ -8,7 +8,7 @@ import pytest
 
 from syncd.errors import ValidationError
 from syncd.models import ConnectorStatus
-from syncd.spec import SyncDefaults, parse_create, parse_patch
+from syncd.spec import INT_MAX, INT_MIN, SyncDefaults, parse_create, parse_patch
 
 SOURCES = frozenset({"http", "plugin"})
 INDEXERS = frozenset({"store", "webhook"})
@@ -21,6 +21,11 @@ HTTP_SOURCE = {
     "pagination": {"type": "cursor", "cursor_param": "cursor", "next_cursor": "next_cursor"},
 }
 PLUGIN_SOURCE = {"type": "plugin", "anything": [1, 2]}
+SECONDS = "Must be a number of seconds between 0 and 3600"
+NUL = "Must not contain NUL characters (\\u0000)"
+SURROGATE = "Must be valid Unicode text (no lone surrogates)"
+PORT = "Port must be between 1 and 65535"
+BIG = 10**400  # a JSON integer literal of 401 digits: no float holds it
 
 
 def create(body: Any, **kw: Any) -> dict[str, Any]:
@@ -181,8 +186,8 @@ def test_every_bad_field_is_reported_at_once() -> None:
         "sync_schedule": "Must be a valid 5-field cron expression",
         "sync_timezone": "Must be an IANA time zone name (e.g. Europe/Paris) or null",
         "page_retries": "Must be an integer between 0 and 20",
-        "page_retry_backoff": "Must be a finite number >= 0",
-        "throttle_seconds": "Must be a finite number >= 0",
+        "page_retry_backoff": SECONDS,
+        "throttle_seconds": SECONDS,
         "retry_on_status.0": "Must be an integer between 400 and 599",
         "retry_on_status.1": "Must be an integer between 400 and 599",
         "extra": "Unknown field",
@@ -248,6 +253,23 @@ def test_unknown_source_type_with_no_types_registered() -> None:
             {"type": "webhook", "url": "http://h/", "timeout": 3},
             {"indexer.timeout": "Unknown field"},
         ),
+        ({"type": "webhook", "url": "http://h:99999/x"}, {"indexer.url": PORT}),
+        ({"type": "webhook", "url": "http://h:0/x"}, {"indexer.url": PORT}),
+        ({"type": "webhook", "url": "http://a..b/x"}, {"indexer.url": "Invalid host name"}),
+        (
+            {"type": "webhook", "url": "http://h/", "headers": {"A B": "x", "C": "x\r\nD: y"}},
+            {
+                "indexer.headers.A B": "Invalid header name",
+                "indexer.headers.C": "Must not contain line breaks",
+            },
+        ),
+        (
+            {"type": "webhook", "url": "http://h/", "headers": {"A": "${vault:x}"}},
+            {
+                "indexer.headers.A": "unsupported reference ${vault:x}: "
+                "use ${env:NAME} or ${file:/path}"
+            },
+        ),
     ],
 )
 def test_bad_indexers(indexer: Any, errors: dict[str, str]) -> None:
@@ -288,7 +310,7 @@ def test_bad_time_zones(tz: Any) -> None:
     assert list(errors) == ["sync_timezone"]
 
 
-@pytest.mark.parametrize("value", [-1, 21, True, 1.0, "3", None])
+@pytest.mark.parametrize("value", [-1, 21, True, 1.0, "3", None, BIG, -BIG])
 def test_bad_page_retries(value: Any) -> None:
     errors = create_errors({"name": "n", "source": PLUGIN_SOURCE, "page_retries": value})
     assert errors == {"page_retries": "Must be an integer between 0 and 20"}
@@ -303,10 +325,21 @@ def test_page_retries_bounds(value: int) -> None:
 
 
 @pytest.mark.parametrize("key", ["page_retry_backoff", "throttle_seconds"])
-@pytest.mark.parametrize("value", [-0.1, float("nan"), float("inf"), True, "1", None])
-def test_bad_non_negative_numbers(key: str, value: Any) -> None:
-    errors = create_errors({"name": "n", "source": PLUGIN_SOURCE, key: value})
-    assert errors == {key: "Must be a finite number >= 0"}
+@pytest.mark.parametrize(
+    "value",
+    [-0.1, 3600.001, 3601, 1e12, BIG, -BIG, float("nan"), float("inf"), True, "1", None],
+)
+def test_bad_seconds(key: str, value: Any) -> None:
+    assert create_errors({"name": "n", "source": PLUGIN_SOURCE, key: value}) == {key: SECONDS}
+    assert patch_errors({key: value}) == {key: SECONDS}
+
+
+@pytest.mark.parametrize("key", ["page_retry_backoff", "throttle_seconds"])
+@pytest.mark.parametrize("value", [0, 0.5, 3600, 3600.0])
+def test_seconds_bounds(key: str, value: float) -> None:
+    out = create({"name": "n", "source": PLUGIN_SOURCE, key: value})
+    assert out[key] == value and isinstance(out[key], float)
+    assert patch({key: value}) == {key: float(value)}
 
 
 @pytest.mark.parametrize(
@@ -318,6 +351,7 @@ def test_bad_non_negative_numbers(key: str, value: Any) -> None:
         ([503, 600], {"retry_on_status.1": "Must be an integer between 400 and 599"}),
         ([True], {"retry_on_status.0": "Must be an integer between 400 and 599"}),
         ([502.0], {"retry_on_status.0": "Must be an integer between 400 and 599"}),
+        ([502, BIG], {"retry_on_status.1": "Must be an integer between 400 and 599"}),
     ],
 )
 def test_bad_retry_on_status(value: Any, errors: dict[str, str]) -> None:
@@ -367,3 +401,187 @@ def test_patch_errors_are_listed_at_once() -> None:
 @pytest.mark.parametrize("body", [None, [1], "x"])
 def test_patch_body_must_be_an_object(body: Any) -> None:
     assert patch_errors(body) == {"body": "Must be a JSON object"}
+
+
+# --- ranges of the http source's keys -------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("source", "errors"),
+    [
+        ({"max_pages": 0}, {"source.max_pages": "Must be an integer between 1 and 1000000000"}),
+        (
+            {"max_pages": 1_000_000_001},
+            {"source.max_pages": "Must be an integer between 1 and 1000000000"},
+        ),
+        (
+            {"max_pages": 10**30},
+            {"source.max_pages": "Must be an integer between 1 and 1000000000"},
+        ),
+        ({"max_pages": BIG}, {"source.max_pages": "Must be an integer between 1 and 1000000000"}),
+        ({"max_pages": True}, {"source.max_pages": "Must be an integer between 1 and 1000000000"}),
+        (
+            {"pagination": {"type": "offset", "limit": 0}},
+            {"source.pagination.limit": "Must be an integer between 1 and 1000000"},
+        ),
+        (
+            {"pagination": {"type": "offset", "limit": 10**30}},
+            {"source.pagination.limit": "Must be an integer between 1 and 1000000"},
+        ),
+        (
+            {"pagination": {"type": "page", "start": -1}},
+            {"source.pagination.start": "Must be an integer between 0 and 1000000000"},
+        ),
+        (
+            {"pagination": {"type": "page", "start": 10**30}},
+            {"source.pagination.start": "Must be an integer between 0 and 1000000000"},
+        ),
+        (
+            {"timeout": {"read": 0, "connect": 3600.5}},
+            {
+                "source.timeout.read": "Must be a number of seconds > 0 and <= 3600",
+                "source.timeout.connect": "Must be a number of seconds > 0 and <= 3600",
+            },
+        ),
+        (
+            {"timeout": {"read": BIG, "connect": float("nan")}},
+            {
+                "source.timeout.read": "Must be a number of seconds > 0 and <= 3600",
+                "source.timeout.connect": "Must be a number of seconds > 0 and <= 3600",
+            },
+        ),
+        ({"url": "http://127.0.0.1:99999/items"}, {"source.url": PORT}),
+        ({"url": "http://127.0.0.1:0/items"}, {"source.url": PORT}),
+        ({"url": "https://[::1]:65536/items"}, {"source.url": PORT}),
+        ({"url": "http://h:" + "9" * 5000}, {"source.url": PORT}),
+        ({"url": "http://h:port/"}, {"source.url": "Must be an http:// or https:// URL"}),
+        ({"url": "http://" + "a" * 64 + ".example/"}, {"source.url": "Invalid host name"}),
+        ({"url": "http://a..b/"}, {"source.url": "Invalid host name"}),
+    ],
+)
+def test_http_source_ranges(source: dict[str, Any], errors: dict[str, str]) -> None:
+    body = {"source": {**HTTP_SOURCE, **source}}
+    assert create_errors({"name": "n", **body}) == errors
+    assert patch_errors(body) == errors
+
+
+def test_http_source_range_bounds_are_accepted() -> None:
+    for source in (
+        {"max_pages": 1, "timeout": {"read": 0.001, "connect": 3600}},
+        {"max_pages": 1_000_000_000, "pagination": {"type": "offset", "limit": 1}},
+        {"pagination": {"type": "offset", "limit": 1_000_000}},
+        {"pagination": {"type": "page", "start": 0}},
+        {"pagination": {"type": "page", "start": 1_000_000_000}},
+        {"url": "http://127.0.0.1:1/items"},
+        {"url": "https://[::1]:65535/items"},
+        {"url": "http://ü.example/items"},
+    ):
+        config = {**HTTP_SOURCE, **source}
+        assert create({"name": "n", "source": config})["source"] == config
+        assert patch({"source": config}) == {"source": config}
+
+
+# --- values no store can hold --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("body", "errors"),
+    [
+        ({"name": "a\x00b"}, {"name": NUL}),
+        ({"name": "a\ud800b"}, {"name": SURROGATE}),
+        ({"sync_schedule": "* * * * *\x00"}, {"sync_schedule": NUL}),
+        ({"sync_timezone": "UTC\x00"}, {"sync_timezone": NUL}),
+        ({"source": {**HTTP_SOURCE, "url": "http://h/\x00"}}, {"source.url": NUL}),
+        ({"source": {**HTTP_SOURCE, "records": "da\x00ta"}}, {"source.records": NUL}),
+        ({"source": {**HTTP_SOURCE, "params": {"q": "\x00"}}}, {"source.params.q": NUL}),
+        (
+            {"source": {**HTTP_SOURCE, "params": {"q\x00": "v"}}},
+            {"source.params": f"Key 'q\\x00': {NUL}"},
+        ),
+        ({"source": {**HTTP_SOURCE, "headers": {"A": "x\x00"}}}, {"source.headers.A": NUL}),
+        (
+            {"source": {**PLUGIN_SOURCE, "deep": [{"x": ["ok", "\x00"]}]}},
+            {"source.deep.0.x.1": NUL},
+        ),
+        ({"source": {**PLUGIN_SOURCE, "k": "\udc80"}}, {"source.k": SURROGATE}),
+        ({"indexer": {"type": "webhook", "url": "http://h/\x00"}}, {"indexer.url": NUL}),
+        (
+            {"indexer": {"type": "webhook", "url": "http://h/", "headers": {"K": "\x00"}}},
+            {"indexer.headers.K": NUL},
+        ),
+        ({"colour\x00": 1}, {"colour\x00": "Unknown field", "body": f"Key 'colour\\x00': {NUL}"}),
+    ],
+)
+def test_text_no_store_can_hold(body: dict[str, Any], errors: dict[str, str]) -> None:
+    assert create_errors({"name": "n", "source": PLUGIN_SOURCE, **body}) == errors
+    assert patch_errors(body) == errors
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (INT_MAX + 1, f"Must be an integer between {INT_MIN} and {INT_MAX}"),
+        (INT_MIN - 1, f"Must be an integer between {INT_MIN} and {INT_MAX}"),
+        (BIG, f"Must be an integer between {INT_MIN} and {INT_MAX}"),
+        (float("inf"), "Must be a finite number"),
+        (float("nan"), "Must be a finite number"),
+    ],
+)
+def test_numbers_no_store_reads_back(value: Any, message: str) -> None:
+    """Anywhere in a body, plugin configs and http params included."""
+    plugin = {"source": {**PLUGIN_SOURCE, "n": [value]}}
+    assert create_errors({"name": "n", **plugin}) == {"source.n.0": message}
+    assert patch_errors(plugin) == {"source.n.0": message}
+    indexer = {"type": "search", "opts": {"n": value}}
+    errors = create_errors(
+        {"name": "n", "source": PLUGIN_SOURCE, "indexer": indexer},
+        indexer_types={"store", "search"},
+    )
+    assert errors == {"indexer.opts.n": message}
+    params = {"source": {**HTTP_SOURCE, "params": {"n": value}}}
+    assert list(patch_errors(params)) == ["source.params.n"]
+
+
+def test_numbers_every_store_reads_back_are_accepted() -> None:
+    source = {**PLUGIN_SOURCE, "n": [INT_MIN, INT_MAX, 1e308, -1e-308, 0.5]}
+    assert create({"name": "n", "source": source})["source"] == source
+    http = {**HTTP_SOURCE, "params": {"a": INT_MAX, "b": INT_MIN, "c": 1.5}}
+    assert patch({"source": http}) == {"source": http}
+
+
+def test_nesting_is_limited() -> None:
+    deep: list[Any] = []
+    inner = deep
+    for _ in range(40):
+        inner.append([])
+        inner = inner[0]
+    errors = patch_errors({"source": {**PLUGIN_SOURCE, "deep": deep}})
+    # The body is level 1, ``source`` level 2, ``source.deep`` level 3: the 33rd is refused.
+    assert errors == {"source.deep" + ".0" * 30: "Must not be nested more than 32 levels deep"}
+    shallow: list[Any] = []
+    inner = shallow
+    for _ in range(29):
+        inner.append([])
+        inner = inner[0]
+    assert patch({"source": {**PLUGIN_SOURCE, "deep": shallow}})["source"]["deep"] == shallow
+
+
+def test_keys_must_be_strings_when_embedded() -> None:
+    errors = patch_errors({"source": {**PLUGIN_SOURCE, ("a", "b"): 1}})
+    assert errors == {"source": "Keys must be strings"}
+
+
+def test_every_problem_is_reported_with_the_field_errors() -> None:
+    errors = create_errors(
+        {
+            "name": "a\x00",
+            "source": {**HTTP_SOURCE, "max_pages": 0, "params": {"n": BIG}},
+            "throttle_seconds": BIG,
+        }
+    )
+    assert errors == {
+        "source.max_pages": "Must be an integer between 1 and 1000000000",
+        "throttle_seconds": SECONDS,
+        "name": NUL,
+        "source.params.n": f"Must be an integer between {INT_MIN} and {INT_MAX}",
+    }
