@@ -82,7 +82,7 @@ def decode_cursor(cursor: str | None) -> str | None:
         value = base64.b64decode(padded, altchars=b"-_", validate=True).decode()
     except (binascii.Error, UnicodeDecodeError, ValueError):
         raise ValidationError({"cursor": "Invalid cursor"}) from None
-    if not value:
+    if not value or "\x00" in value:
         raise ValidationError({"cursor": "Invalid cursor"})
     return value
 
@@ -479,8 +479,13 @@ class Daemon:
                         break
                     after = rows[-1].id
                 self.metrics.set_document_counts(totals)
-            except SyncdError as exc:
-                log.debug("metrics refresh failed", error=str(exc))
+            except Exception as exc:
+                # A refresh that fails shows stale figures; it never ends the refreshes.
+                log.warning(
+                    "metrics refresh failed",
+                    error=str(exc),
+                    exc_info=not isinstance(exc, SyncdError),
+                )
             await asyncio.sleep(5.0)
 
     # --- operations -----------------------------------------------------------------
