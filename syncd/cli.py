@@ -170,10 +170,10 @@ def _run_daemon(args: argparse.Namespace, stderr: TextIO, environ: Mapping[str, 
         stderr.write(f"error: {_config_message(exc, args.config, environ)}\n")
         return EXIT_USAGE
     # Imported here: the client commands need none of the daemon's machinery.
-    from syncd.daemon import serve
+    from syncd.runner import run_service
 
     try:
-        return asyncio.run(serve(config))
+        return asyncio.run(run_service(config))
     except ConfigError as exc:  # e.g. the API refusing its listen address
         stderr.write(f"error: {_config_message(exc, args.config, environ)}\n")
         return EXIT_USAGE

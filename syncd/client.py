@@ -42,13 +42,13 @@ class DaemonUnreachable(SyncdError):
 def url_from_listen(listen: str) -> str:
     """The URL a client uses to reach a daemon listening on ``listen``.
 
-    ``unix:/path`` stays as is; a wildcard host (``0.0.0.0``, ``::``) is reached through
+    ``unix:/path`` stays as is; a wildcard host (none, ``0.0.0.0``, ``::``) is reached through
     the matching loopback address.
     """
     address = parse_listen(listen)
     if isinstance(address, UnixAddress):
         return f"unix:{address.path}"
-    host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(address.host, address.host)
+    host = {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "::1"}.get(address.host, address.host)
     if ":" in host:
         host = f"[{host}]"
     return f"http://{host}:{address.port}"

@@ -12,10 +12,8 @@ a bad value logs a warning and falls back instead of stopping the daemon.
 
 from __future__ import annotations
 
-import ipaddress
 import math
 import os
-import re
 import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -23,6 +21,20 @@ from pathlib import Path
 from typing import Any
 
 from syncd.errors import ConfigError
+
+# TcpAddress, UnixAddress, is_loopback and parse_listen are re-exported: their home is
+# syncd.listen, shared with the API server.
+from syncd.listen import (
+    LISTEN_SHAPE,
+    TcpAddress,
+    UnixAddress,
+    check_exposure,
+    explain_listen_error,
+    is_loopback,
+    parse_listen,
+)
+from syncd.logs import mask_url_passwords
+from syncd.models import DEFAULT_PAGINATOR, PaginatorSettings
 
 __all__ = [
     "ApiConfig",
@@ -117,13 +129,26 @@ class LogConfig:
 
 @dataclass(frozen=True)
 class SyncConfig:
-    """``[sync]``: defaults of a connector's paginator keys and the run heartbeat period."""
+    """``[sync]``: defaults of a connector's paginator keys and the run heartbeat period.
 
-    page_retries: int = 3
-    page_retry_backoff: float = 2.0
-    throttle_seconds: float = 0.0
-    retry_on_status: tuple[int, ...] = (502, 503, 504)
+    The built-in paginator defaults are :data:`syncd.models.DEFAULT_PAGINATOR`'s.
+    """
+
+    page_retries: int = DEFAULT_PAGINATOR.page_retries
+    page_retry_backoff: float = DEFAULT_PAGINATOR.page_retry_backoff
+    throttle_seconds: float = DEFAULT_PAGINATOR.throttle_seconds
+    retry_on_status: tuple[int, ...] = DEFAULT_PAGINATOR.retry_on_status
     heartbeat_seconds: float = 1.0
+
+    @property
+    def paginator(self) -> PaginatorSettings:
+        """The four paginator keys: the defaults of a connector created without them."""
+        return PaginatorSettings(
+            page_retries=self.page_retries,
+            page_retry_backoff=self.page_retry_backoff,
+            throttle_seconds=self.throttle_seconds,
+            retry_on_status=tuple(self.retry_on_status),
+        )
 
 
 @dataclass(frozen=True)
@@ -187,68 +212,6 @@ class Config:
         config. ``path`` is where ``data`` came from (relative ``token_file`` paths are
         resolved against its directory)."""
         return _Builder(data, environ, path).build()
-
-
-# --- listen addresses -----------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class TcpAddress:
-    """A ``host:port`` listen address (``port`` 0 picks a free port)."""
-
-    host: str
-    port: int
-
-
-@dataclass(frozen=True)
-class UnixAddress:
-    """A ``unix:/path`` listen address."""
-
-    path: str
-
-
-_LISTEN_SHAPE = "host:port, [ipv6]:port or unix:/path"
-
-
-def parse_listen(value: str) -> TcpAddress | UnixAddress:
-    """Parse ``host:port``, ``[v6]:port`` or ``unix:/path``; ``ValueError`` when malformed."""
-    if value.startswith("unix:"):
-        sock = value.removeprefix("unix:")
-        if not sock or "\0" in sock:
-            raise ValueError(f"expected {_LISTEN_SHAPE}: the socket path is empty")
-        return UnixAddress(sock)
-    if value.startswith("["):
-        host, sep, rest = value[1:].partition("]")
-        if not sep or not rest.startswith(":"):
-            raise ValueError(f"expected {_LISTEN_SHAPE}")
-        try:
-            ipaddress.IPv6Address(host)
-        except ValueError:
-            raise ValueError(f"{host!r} is not an IPv6 address") from None
-        port_text = rest[1:]
-    else:
-        host, sep, port_text = value.rpartition(":")
-        if not sep or not host:
-            raise ValueError(f"expected {_LISTEN_SHAPE}")
-        if ":" in host:
-            raise ValueError("an IPv6 address must be written in brackets: [::1]:8765")
-        if any(ch.isspace() or ch in "/@[]" for ch in host):
-            raise ValueError(f"{host!r} is not a host name or address")
-    if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
-        raise ValueError(f"port must be an integer 0-65535, got {port_text!r}")
-    return TcpAddress(host, int(port_text))
-
-
-def is_loopback(address: TcpAddress | UnixAddress) -> bool:
-    """Whether only this machine can reach ``address`` (a unix socket or a loopback host)."""
-    if isinstance(address, UnixAddress):
-        return True
-    if address.host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(address.host).is_loopback
-    except ValueError:
-        return False
 
 
 # --- validation -----------------------------------------------------------------------
@@ -375,12 +338,11 @@ def _status_list_from_text(text: str) -> object:
 
 def _listen_check(value: Any) -> str:
     if not isinstance(value, str):
-        raise _Invalid(_LISTEN_SHAPE)
+        raise _Invalid(LISTEN_SHAPE)
     try:
         parse_listen(value)
     except ValueError as exc:
-        detail = str(exc).removeprefix(f"expected {_LISTEN_SHAPE}").removeprefix(": ")
-        raise _Invalid(f"{_LISTEN_SHAPE} ({detail})" if detail else _LISTEN_SHAPE) from None
+        raise _Invalid(explain_listen_error(exc)) from None
     return value
 
 
@@ -450,8 +412,6 @@ _SCHEMA: dict[str, dict[str, _Key]] = {
 # The transport resolves these itself, with warning-and-fallback semantics (DESIGN.md §6).
 _NO_ENV_OVERRIDE = frozenset({("http", "timeout_read"), ("http", "timeout_connect")})
 
-_URL_PASSWORD = re.compile(r"(://[^:/@\s]*:)[^@/\s]*@")
-
 
 def env_var(section: str, key: str) -> str:
     """The environment variable that overrides ``[section] key``."""
@@ -460,7 +420,7 @@ def env_var(section: str, key: str) -> str:
 
 def _shown(value: object) -> str:
     # Echo the rejected value, minus any URL password it carries.
-    return _URL_PASSWORD.sub(r"\1***@", repr(value))
+    return mask_url_passwords(repr(value))
 
 
 class _Builder:
@@ -483,7 +443,9 @@ class _Builder:
         api.pop("token_file", None)
         api["token"] = token
         if token is None:
-            self._check_loopback(api.get("listen", ApiConfig.listen))
+            listen = api.get("listen", ApiConfig.listen)
+            key = self.origin.get(("api", "listen"), "api.listen")
+            check_exposure(parse_listen(listen), None, key=key)
         v = self.values
         return Config(
             store=StoreConfig(**v["store"]),
@@ -561,14 +523,6 @@ class _Builder:
             raise ConfigError(
                 self.origin[("store", key)],
                 f"store.pool_min_size ({low}) must not exceed store.pool_max_size ({high})",
-            )
-
-    def _check_loopback(self, listen: str) -> None:
-        if not is_loopback(parse_listen(listen)):
-            raise ConfigError(
-                self.origin.get(("api", "listen"), "api.listen"),
-                f"{listen!r} is not a loopback address or unix socket: set api.token, "
-                "api.token_file or SYNCD_API_TOKEN to listen on it",
             )
 
 

@@ -39,6 +39,7 @@ __all__ = [
     "MASK",
     "Redactor",
     "configure_logging",
+    "mask_url_passwords",
     "redact",
     "redact_text",
     "register_secret",
@@ -82,8 +83,11 @@ _NOT_SENSITIVE_KEY = re.compile(r"(?i)(?:_file|_path)$")
 
 # Bounded repetitions everywhere below: log lines can be long, and unbounded nested
 # quantifiers would make a pathological line cost quadratic time.
+# The password of a URL's userinfo (scheme://user:PASSWORD@host). It may itself hold "@":
+# like URL parsers, the userinfo ends at the last "@" before the path, query or fragment.
+# No \b before the scheme: "_https://…" (a scheme glued to a word) is a URL too.
 _URL_PASSWORD = re.compile(
-    r"(?P<head>\b[A-Za-z][A-Za-z0-9+.\-]{0,30}://[^\s/?#@:]{0,256}:)"
+    r"(?P<head>[A-Za-z][A-Za-z0-9+.\-]{0,30}://[^\s/?#@:]{0,256}:)"
     r"(?P<password>[^\s/?#]{1,512})(?=@)"
 )
 _BEARER = re.compile(r"(?i)(?P<head>\bbearer\s+)[^\s,;'\"]+")
@@ -102,6 +106,15 @@ _QUOTED_KEY_COLON = re.compile(
 
 def _mask_group(match: re.Match[str]) -> str:
     return match.group("head") + MASK
+
+
+def mask_url_passwords(text: str) -> str:
+    """``text`` with the password of every URL in it masked (``scheme://user:***@host``).
+
+    The one URL-password rule: the log redaction, config error messages and the display
+    of connector configs all use it.
+    """
+    return _URL_PASSWORD.sub(_mask_group, text)
 
 
 def _mask_quoted_value(match: re.Match[str]) -> str:
@@ -211,7 +224,7 @@ class Redactor:
         pattern = _registry.pattern if self._use_registry else None
         if pattern is not None:
             text = pattern.sub(MASK, text)
-        text = _URL_PASSWORD.sub(_mask_group, text)
+        text = mask_url_passwords(text)
         text = _BEARER.sub(_mask_group, text)
         text = _BASIC.sub(_mask_group, text)
         text = _HEADER_LINE.sub(_mask_group, text)

@@ -6,12 +6,19 @@ daemons embedded in one process (or one test session) never clash over metric na
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 
+import structlog
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
 from prometheus_client.exposition import choose_encoder
 
+from syncd.errors import SyncdError
 from syncd.models import DocStatus, RunOutcome, RunTrigger, WaitReason
+from syncd.queue.base import WorkQueue
+from syncd.store.base import Store
+
+log = structlog.get_logger("syncd.metrics")
 
 __all__ = ["API_LATENCY_BUCKETS", "INDEX_LATENCY_BUCKETS", "Metrics"]
 
@@ -138,3 +145,31 @@ class Metrics:
         """
         encoder, content_type = choose_encoder(accept)
         return encoder(self.registry), content_type
+
+
+#: Seconds between two refreshes of the gauges read from the store and the queue.
+REFRESH_SECONDS = 5.0
+
+
+async def refresh_forever(metrics: Metrics, store: Store, queue: WorkQueue) -> None:
+    """Run forever: refresh the queue depth and document count gauges. A refresh that fails
+    leaves the previous figures; it never ends the refreshes."""
+    while True:
+        try:
+            metrics.set_queue_depth(await queue.depth())
+            totals: dict[str, int] = {str(s): 0 for s in DocStatus}
+            after: str | None = None
+            for _ in range(10):
+                rows = await store.list_connectors(limit=100, after=after)
+                for c in rows:
+                    for status, n in (await store.document_counts(c.id)).items():
+                        totals[str(status)] += n
+                if len(rows) < 100:
+                    break
+                after = rows[-1].id
+            metrics.set_document_counts(totals)
+        except Exception as exc:
+            log.warning(
+                "metrics refresh failed", error=str(exc), exc_info=not isinstance(exc, SyncdError)
+            )
+        await asyncio.sleep(REFRESH_SECONDS)

@@ -103,6 +103,22 @@ class Waiting:
 
 
 @dataclass(frozen=True)
+class PaginatorSettings:
+    """A connector's four paginator keys (DESIGN.md §6), passed through to
+    :class:`~syncd.http.paginator.AsyncCursorPaginator`. The field defaults are the built-in
+    ones, the single place they are written; ``[sync]`` in the config may override them."""
+
+    page_retries: int = 3
+    page_retry_backoff: float = 2.0
+    throttle_seconds: float = 0.0
+    retry_on_status: tuple[int, ...] = (502, 503, 504)
+
+
+DEFAULT_PAGINATOR = PaginatorSettings()
+"""The built-in paginator defaults."""
+
+
+@dataclass(frozen=True)
 class Connector:
     """A connector: its configuration and its state (DESIGN.md §2, §3)."""
 
@@ -114,10 +130,10 @@ class Connector:
     updated_at: datetime
     sync_schedule: str | None = None
     sync_timezone: str | None = None
-    page_retries: int = 3
-    page_retry_backoff: float = 2.0
-    throttle_seconds: float = 0.0
-    retry_on_status: tuple[int, ...] = (502, 503, 504)
+    page_retries: int = DEFAULT_PAGINATOR.page_retries
+    page_retry_backoff: float = DEFAULT_PAGINATOR.page_retry_backoff
+    throttle_seconds: float = DEFAULT_PAGINATOR.throttle_seconds
+    retry_on_status: tuple[int, ...] = DEFAULT_PAGINATOR.retry_on_status
     status: ConnectorStatus = ConnectorStatus.ACTIVE
     sync_status: SyncStatus = SyncStatus.IDLE
     last_error: str | None = None
@@ -237,9 +253,6 @@ class Document:
     lease_token: str | None = None
     lease_until: datetime | None = None
     payload_json: str | None = field(default=None, compare=False, repr=False)
-
-
-DocumentCounts = Mapping[DocStatus, int]
 
 
 def utcnow() -> datetime:

@@ -6,6 +6,9 @@
   the pings and systemd restarts the service.
 - SIGTERM/SIGINT: ``STOPPING=1``, graceful stop (runs ``interrupted`` at their next page
   boundary, indexing given the grace period), exit 0. A second signal exits at once.
+- A side task that failed for good (the daemon's, reported by the ``Daemon.fatal`` future,
+  or the status/watchdog helpers here, which are supervised): logged, ``STOPPING=1``, graceful stop,
+  exit ``EXIT_FATAL`` so that ``Restart=on-failure`` starts a fresh process.
 - SIGHUP: re-read the configuration file; apply the log level and scheduler settings
   without dropping runs.
 - The control API is served on a socket passed by systemd (``LISTEN_FDS``) when there is one.
@@ -14,7 +17,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import signal
 
@@ -25,10 +27,13 @@ from syncd.config import Config
 from syncd.daemon import Daemon
 from syncd.errors import ConfigError, SyncdError
 from syncd.logs import configure_logging, register_secret
+from syncd.tasks import Supervisor, describe
 
 log = structlog.get_logger("syncd.runner")
 
 EXIT_NOW = 130
+#: A side task failed for good: not a clean stop, so that systemd restarts the service.
+EXIT_FATAL = 1
 
 
 def _register_secrets(config: Config) -> None:
@@ -39,10 +44,10 @@ def _register_secrets(config: Config) -> None:
 async def _status_loop(daemon: Daemon) -> None:
     while True:
         try:
-            depth = sum((await daemon.queue.depth()).values())
+            depth = await daemon.queue_depth()
         except SyncdError:
             depth = -1
-        running = len(daemon.engine.running)
+        running = len(daemon.running_syncs)
         systemd.notify(f"STATUS=running syncs: {running}, queued documents: {depth}")
         await asyncio.sleep(5.0)
 
@@ -64,12 +69,11 @@ def _reload(daemon: Daemon) -> None:
     )
     configure_logging(fresh.log.level, fresh.log.format)
     _register_secrets(fresh)
-    daemon.scheduler.tick_seconds = fresh.scheduler.tick_seconds
-    daemon.scheduler.stale_lock_seconds = fresh.scheduler.stale_lock_seconds
+    daemon.apply_settings(fresh)
 
 
 async def run_service(config: Config) -> int:
-    """Run until SIGTERM/SIGINT; returns the exit code."""
+    """Run until SIGTERM/SIGINT (exit 0) or a side task fails for good (``EXIT_FATAL``)."""
     configure_logging(config.log.level, config.log.format)
     _register_secrets(config)
     loop = asyncio.get_running_loop()
@@ -95,22 +99,41 @@ async def run_service(config: Config) -> int:
         log.error("syncd could not start", error=str(exc))
         return 1
     loop.add_signal_handler(signal.SIGHUP, _reload, daemon)
-    helpers: list[asyncio.Task[None]] = [
-        asyncio.create_task(_status_loop(daemon), name="sd-status")
-    ]
+    failures: list[str] = []
+
+    def on_fatal(name: str, exc: BaseException) -> None:
+        fail(f"{name}: {describe(exc)}")
+
+    def fail(reason: str) -> None:
+        failures.append(reason)
+        if not stop.is_set():
+            systemd.notify("STOPPING=1", f"STATUS=failed: {reason}")
+            stop.set()
+
+    def on_daemon_fatal(fatal: asyncio.Future[str]) -> None:
+        # A callback, not a task awaiting the future: cancelling a waiter would cancel it.
+        if not fatal.cancelled():
+            fail(f"{fatal.result()} (daemon task)")
+
+    helpers = Supervisor(on_fatal)
+    helpers.spawn("sd-status", lambda: _status_loop(daemon))
     interval = systemd.watchdog_interval()
     if interval:
-        helpers.append(asyncio.create_task(systemd.watchdog_loop(interval), name="sd-watchdog"))
+        helpers.spawn("sd-watchdog", lambda: systemd.watchdog_loop(interval))
+    fatal = daemon.fatal
+    if fatal is not None:
+        fatal.add_done_callback(on_daemon_fatal)
     systemd.notify("READY=1", f"STATUS=listening on {daemon.api_address}")
     try:
         await stop.wait()
-        log.info("stopping")
+        if failures:
+            log.error("stopping: a side task failed for good", failures=failures)
+        else:
+            log.info("stopping")
     finally:
-        for task in helpers:
-            task.cancel()
-        for task in helpers:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        if fatal is not None:
+            fatal.remove_done_callback(on_daemon_fatal)
+        await helpers.stop()
         loop.remove_signal_handler(signal.SIGHUP)
         await daemon.stop()
-    return 0
+    return EXIT_FATAL if failures else 0

@@ -22,7 +22,7 @@ from syncd.store.base import Store
 
 log = structlog.get_logger("syncd.scheduler")
 
-StartRun = Callable[[Connector, str], None]
+StartRun = Callable[[Connector, RunTrigger], None]
 
 
 class Scheduler:
@@ -106,6 +106,6 @@ class Scheduler:
                     stale_run_id=before.run_id,
                     owner=before.sync_owner,
                 )
-            self._start_run(after, str(trigger))
+            self._start_run(after, trigger)
             started.append(run_id)
         return started

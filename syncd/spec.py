@@ -16,14 +16,13 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from yarl import URL
 
 from syncd import schedule
 from syncd.errors import ValidationError
-from syncd.models import ConnectorStatus
+from syncd.models import ConnectorStatus, PaginatorSettings
 
 NAME_MAX_LENGTH = 200
 PAGE_RETRIES_MAX = 20
@@ -65,23 +64,31 @@ PATCH_FIELDS = (*CREATE_FIELDS, "status")
 PATCHABLE_STATUSES = (ConnectorStatus.ACTIVE, ConnectorStatus.PAUSED)
 
 
-@dataclass(frozen=True)
-class SyncDefaults:
-    """Daemon-wide defaults of the four paginator keys, used when a create omits them."""
-
-    page_retries: int = 3
-    page_retry_backoff: float = 2.0
-    throttle_seconds: float = 0.0
-    retry_on_status: tuple[int, ...] = (502, 503, 504)
+SyncDefaults = PaginatorSettings
+"""The older name of :class:`~syncd.models.PaginatorSettings` (the daemon-wide defaults of
+the four paginator keys, used when a create omits them); kept for existing imports."""
 
 
-def parse_create(
-    body: Any,
-    *,
-    defaults: SyncDefaults,
-    source_types: Collection[str],
-    indexer_types: Collection[str],
-) -> dict[str, Any]:
+class Kinds(Protocol):
+    """The source and indexer kinds a body may name (:class:`syncd.plugins.Registry`)."""
+
+    @property
+    def source_names(self) -> frozenset[str]: ...
+
+    @property
+    def indexer_names(self) -> frozenset[str]: ...
+
+    def find_source(self, name: str) -> _Kind | None: ...
+
+    def find_indexer(self, name: str) -> _Kind | None: ...
+
+
+class _Kind(Protocol):
+    @property
+    def validate(self) -> Callable[[Mapping[str, Any]], Mapping[str, str]] | None: ...
+
+
+def parse_create(body: Any, *, defaults: PaginatorSettings, kinds: Kinds) -> dict[str, Any]:
     """Validate a create body; return every connector field it sets, defaults filled in.
 
     Keys are :class:`~syncd.models.Connector` field names. Raises :class:`ValidationError`
@@ -90,7 +97,7 @@ def parse_create(
     errors: dict[str, str] = {}
     if not isinstance(body, Mapping):
         raise ValidationError({"body": MSG_NOT_OBJECT})
-    _check_unknown(body, CREATE_FIELDS, "", errors)
+    check_unknown(body, CREATE_FIELDS, "", errors)
     for required in ("name", "source"):
         if required not in body:
             errors[required] = MSG_REQUIRED
@@ -103,16 +110,14 @@ def parse_create(
         "throttle_seconds": defaults.throttle_seconds,
         "retry_on_status": tuple(defaults.retry_on_status),
     }
-    out.update(_parse_fields(body, source_types, indexer_types, errors))
+    out.update(_parse_fields(body, kinds, errors))
     _check_storable(body, errors)
     if errors:
         raise ValidationError(errors)
     return out
 
 
-def parse_patch(
-    body: Any, *, source_types: Collection[str], indexer_types: Collection[str]
-) -> dict[str, Any]:
+def parse_patch(body: Any, *, kinds: Kinds) -> dict[str, Any]:
     """Validate a PATCH body; return only the fields it sets.
 
     ``status`` (``active`` or ``paused``) comes back as a :class:`ConnectorStatus`;
@@ -122,8 +127,8 @@ def parse_patch(
     errors: dict[str, str] = {}
     if not isinstance(body, Mapping):
         raise ValidationError({"body": MSG_NOT_OBJECT})
-    _check_unknown(body, PATCH_FIELDS, "", errors)
-    out = _parse_fields(body, source_types, indexer_types, errors)
+    check_unknown(body, PATCH_FIELDS, "", errors)
+    out = _parse_fields(body, kinds, errors)
     if "status" in body:
         value = body["status"]
         allowed = [s.value for s in PATCHABLE_STATUSES]
@@ -140,17 +145,12 @@ def parse_patch(
 # --- fields -------------------------------------------------------------------------
 
 
-def _parse_fields(
-    body: Mapping[str, Any],
-    source_types: Collection[str],
-    indexer_types: Collection[str],
-    errors: dict[str, str],
-) -> dict[str, Any]:
+def _parse_fields(body: Mapping[str, Any], kinds: Kinds, errors: dict[str, str]) -> dict[str, Any]:
     """Validate the fields shared by create and patch that are present in ``body``."""
     parsers: dict[str, Callable[[Any, dict[str, str]], Any]] = {
         "name": _name,
-        "source": lambda v, e: _source(v, source_types, e),
-        "indexer": lambda v, e: _indexer(v, indexer_types, e),
+        "source": lambda v, e: _source(v, kinds, e),
+        "indexer": lambda v, e: _indexer(v, kinds, e),
         "sync_schedule": _schedule,
         "sync_timezone": _timezone,
         "page_retries": _page_retries,
@@ -168,9 +168,10 @@ def _parse_fields(
     return out
 
 
-def _check_unknown(
+def check_unknown(
     obj: Mapping[str, Any], allowed: Collection[str], prefix: str, errors: dict[str, str]
 ) -> None:
+    """Name each key of ``obj`` not in ``allowed`` (``prefix`` + key) as unknown."""
     for key in obj:
         if key not in allowed:
             errors[f"{prefix}{key}"] = MSG_UNKNOWN
@@ -189,58 +190,49 @@ def _name(value: Any, errors: dict[str, str]) -> str | None:
     return name
 
 
-def _source(value: Any, types: Collection[str], errors: dict[str, str]) -> dict[str, Any] | None:
+def _source(value: Any, kinds: Kinds, errors: dict[str, str]) -> dict[str, Any] | None:
     if not isinstance(value, Mapping):
         errors["source"] = MSG_NOT_OBJECT
         return None
     source = dict(value)
-    kind = source.setdefault("type", DEFAULT_SOURCE_TYPE)
-    if not isinstance(kind, str):
+    name = source.setdefault("type", DEFAULT_SOURCE_TYPE)
+    if not isinstance(name, str):
         errors["source.type"] = "Must be a string"
         return None
-    if kind not in types:
-        errors["source.type"] = f"Unknown source type {kind!r}; known: {_known(types)}"
+    kind = kinds.find_source(name)
+    if kind is None:
+        errors["source.type"] = f"Unknown source type {name!r}; known: {_known(kinds.source_names)}"
         return None
-    if kind == "http":
-        # Imported here: the http source pulls in the transport (aiohttp), which a caller
-        # validating bodies does not otherwise need.
-        from syncd.sources.http import validate_http_source
-
-        errors.update(validate_http_source(source))
-        if "source.url" not in errors and (problem := url_problem(source["url"])):
-            errors["source.url"] = problem
-    # Plugin sources validate their own config when they are built.
+    # A kind without a validator (a plain plugin factory) checks its config when built.
+    if kind.validate is not None:
+        errors.update(kind.validate(source))
     return source
 
 
-def _indexer(value: Any, types: Collection[str], errors: dict[str, str]) -> dict[str, Any] | None:
+def _indexer(value: Any, kinds: Kinds, errors: dict[str, str]) -> dict[str, Any] | None:
     if not isinstance(value, Mapping):
         errors["indexer"] = MSG_NOT_OBJECT
         return None
     indexer = dict(value)
-    kind = indexer.get("type")
-    if kind is None:
+    name = indexer.get("type")
+    if name is None:
         errors["indexer.type"] = MSG_REQUIRED
         return None
-    if not isinstance(kind, str):
+    if not isinstance(name, str):
         errors["indexer.type"] = "Must be a string"
         return None
-    if kind not in types:
-        errors["indexer.type"] = f"Unknown indexer type {kind!r}; known: {_known(types)}"
+    kind = kinds.find_indexer(name)
+    if kind is None:
+        errors["indexer.type"] = (
+            f"Unknown indexer type {name!r}; known: {_known(kinds.indexer_names)}"
+        )
         return None
-    if kind == "store":
-        _check_unknown(indexer, ("type",), "indexer.", errors)
-    elif kind == "webhook":
-        _check_unknown(indexer, ("type", "url", "headers"), "indexer.", errors)
-        if "url" not in indexer:
-            errors["indexer.url"] = MSG_REQUIRED
-        elif problem := url_problem(indexer["url"]):
-            errors["indexer.url"] = problem
-        _check_headers(indexer.get("headers"), "indexer.headers", errors)
+    if kind.validate is not None:
+        errors.update(kind.validate(indexer))
     return indexer
 
 
-def _check_headers(headers: Any, where: str, errors: dict[str, str]) -> None:
+def check_headers(headers: Any, where: str, errors: dict[str, str]) -> None:
     """Headers that every request could send: the same rules as the http source's."""
     if headers is None:
         return

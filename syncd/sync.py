@@ -29,7 +29,7 @@ from syncd import rules
 from syncd.errors import Aborted, ClientError, Fenced, NotFound, SyncdError
 from syncd.http.paginator import AsyncCursorPaginator, CancelToken
 from syncd.http.transport import Transport
-from syncd.logs import redact
+from syncd.logs import redact, register_secret
 from syncd.metrics import Metrics
 from syncd.models import (
     ABORTED_ERROR,
@@ -37,15 +37,18 @@ from syncd.models import (
     DocumentInput,
     Page,
     Rejection,
+    RunOutcome,
+    RunTrigger,
     Waiting,
     WaitReason,
     document_inputs,
     utcnow,
 )
+from syncd.plugins import Registry
 from syncd.queue.base import WorkQueue
-from syncd.sources.base import Source, SourceContext, SourceFactory
-from syncd.sources.secrets import register_connector_secrets
+from syncd.sources.base import Source, SourceContext, StatefulSource
 from syncd.store.base import Store
+from syncd.tasks import cancel_and_wait
 
 log = structlog.get_logger("syncd.sync")
 
@@ -58,7 +61,7 @@ class _Handle:
     run_id: str
     token: CancelToken
     task: asyncio.Task[None] | None = None
-    trigger: str = "manual"
+    trigger: RunTrigger = RunTrigger.MANUAL
     waiting: Waiting | None = None
     stopping: bool = False
     wake: asyncio.Event = field(default_factory=asyncio.Event)
@@ -75,8 +78,7 @@ class SyncEngine:
         store: Store,
         queue: WorkQueue,
         transport: Transport,
-        source_factory: Callable[[str], SourceFactory],
-        indexed_on_commit: Callable[[Connector], bool],
+        registry: Registry,
         metrics: Metrics,
         heartbeat_seconds: float = 1.0,
         on_change: Callable[[], Awaitable[None]] | None = None,
@@ -85,8 +87,7 @@ class SyncEngine:
         self._store = store
         self._queue = queue
         self._transport = transport
-        self._source_factory = source_factory
-        self._indexed_on_commit = indexed_on_commit
+        self._registry = registry
         self._on_change = on_change
         self._metrics = metrics
         self._heartbeat_seconds = heartbeat_seconds
@@ -102,7 +103,7 @@ class SyncEngine:
         """``{connector_id: run_id}`` of the runs executing in this instance."""
         return {cid: h.run_id for cid, h in self._runs.items()}
 
-    def start(self, connector: Connector, trigger: str) -> None:
+    def start(self, connector: Connector, trigger: RunTrigger) -> None:
         """Start the run just claimed for ``connector`` (its ``run_id`` is set)."""
         assert connector.run_id is not None
         handle = _Handle(connector.id, connector.run_id, CancelToken(), trigger=trigger)
@@ -169,11 +170,11 @@ class SyncEngine:
             await self._crawl(connector, handle)
         except asyncio.CancelledError:
             handle.stopping = True  # one attempt at the final write, no retry loop
-            await self._end(handle, "interrupted")
+            await self._end(handle, RunOutcome.INTERRUPTED)
             raise
         except (Aborted, Fenced):
             if handle.stopping:
-                await self._end(handle, "interrupted")
+                await self._end(handle, RunOutcome.INTERRUPTED)
             else:
                 log.info("sync stopped: aborted")
         except Exception as exc:
@@ -182,18 +183,19 @@ class SyncEngine:
                 log.warning("error while an aborted run unwound", error=str(exc))
             else:
                 log.error("sync failed", error=str(exc), exc_type=type(exc).__name__)
-                await self._end(handle, "failed", _describe(exc))
+                await self._end(handle, RunOutcome.FAILED, _describe(exc))
         else:
-            await self._end(handle, "succeeded")
+            await self._end(handle, RunOutcome.SUCCEEDED)
         finally:
-            heartbeat.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await heartbeat
-            if self._runs.get(cid) is handle:
-                del self._runs[cid]
-            self._handles.discard(handle)
-            handle.done.set()
-            structlog.contextvars.unbind_contextvars("connector_id", "run_id")
+            try:
+                await cancel_and_wait(heartbeat)
+            finally:
+                # Even when this task is cancelled again while the heartbeat stops.
+                if self._runs.get(cid) is handle:
+                    del self._runs[cid]
+                self._handles.discard(handle)
+                handle.done.set()
+                structlog.contextvars.unbind_contextvars("connector_id", "run_id")
 
     async def _crawl(self, connector: Connector, handle: _Handle) -> None:
         cid = connector.id
@@ -227,7 +229,7 @@ class SyncEngine:
         cid = connector.id
         source = self._build_source(connector, resuming=start is not None, handle=handle)
         id_field = str(connector.source.get("id_field", "id"))
-        indexed = self._indexed_on_commit(connector)
+        indexed = self._registry.indexer(connector.indexer).indexed_on_commit
         pages = AsyncCursorPaginator(
             _guard_resume(source, start, connector.retry_on_status),
             max_retries=connector.page_retries,
@@ -297,8 +299,7 @@ class SyncEngine:
     def _build_source(
         self, connector: Connector, resuming: bool, handle: _Handle | None = None
     ) -> Source:
-        kind = str(connector.source.get("type", "http"))
-        factory = self._source_factory(kind)
+        kind = self._registry.source(connector.source)
         context = SourceContext(
             connector_id=connector.id,
             transport=self._transport,
@@ -311,8 +312,9 @@ class SyncEngine:
             ),
         )
         # Plugin sources do not register their secrets themselves.
-        register_connector_secrets(connector.source, connector.indexer)
-        return factory(connector.source, context)
+        for secret in self._registry.secrets(connector.source, connector.indexer):
+            register_secret(secret)
+        return kind.factory(connector.source, context)
 
     def _on_wait(self, handle: _Handle, reason: WaitReason, seconds: float) -> None:
         handle.waiting = Waiting(reason, utcnow() + timedelta(seconds=seconds))
@@ -341,15 +343,15 @@ class SyncEngine:
                 if self._on_change is not None:
                     await self._on_change()
 
-    async def _end(self, handle: _Handle, outcome: str, error: str | None = None) -> None:
+    async def _end(self, handle: _Handle, outcome: RunOutcome, error: str | None = None) -> None:
         """Write the run's final transition (fenced); a refused write is only logged."""
         cid, run_id = handle.connector_id, handle.run_id
         now = utcnow()
 
         def change(c: Connector) -> Any:
-            if outcome == "succeeded":
+            if outcome is RunOutcome.SUCCEEDED:
                 return rules.succeed(c, run_id=run_id, now=now)
-            if outcome == "failed":
+            if outcome is RunOutcome.FAILED:
                 return rules.fail(c, run_id=run_id, error=error or "failed", now=now)
             return rules.interrupt(c, run_id=run_id, now=now)
 
@@ -376,7 +378,7 @@ class SyncEngine:
                 )
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
-        self._metrics.runs.labels(trigger=handle.trigger, outcome=outcome).inc()
+        self._metrics.runs.labels(trigger=str(handle.trigger), outcome=str(outcome)).inc()
         log.info("sync ended", outcome=outcome)
 
 
@@ -425,9 +427,7 @@ async def _read_ahead(
             assert isinstance(item, _Prepared)
             yield item
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        await cancel_and_wait(task)
 
 
 class _CursorRejected(SyncdError):
@@ -467,9 +467,8 @@ def _guard_resume(
 
 
 def _checkpoint(source: Source) -> Mapping[str, Any]:
-    checkpoint = getattr(source, "checkpoint", None)
-    if callable(checkpoint):
-        value = checkpoint()
+    if isinstance(source, StatefulSource):
+        value = source.checkpoint()
         if isinstance(value, Mapping):
             return value
     return {}

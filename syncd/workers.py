@@ -29,12 +29,15 @@ from syncd.indexers.base import Indexer
 from syncd.logs import redact
 from syncd.metrics import Metrics
 from syncd.models import Connector, ConnectorStatus, DocStatus, Document, new_id, utcnow
+from syncd.plugins import IndexerKind
 from syncd.queue.base import Batch, WorkQueue
 from syncd.store.base import Store
+from syncd.tasks import cancel_and_wait
 
 log = structlog.get_logger("syncd.workers")
 
-IndexerResolver = Callable[[Connector], Indexer]
+IndexerResolver = Callable[[Connector], tuple[Indexer, IndexerKind]]
+"""The connector's indexer and its kind (:class:`syncd.plugins.Indexers`)."""
 Result = tuple[str, DocStatus, str | None]
 
 #: Longest a finished document waits before its result is written to the store.
@@ -183,8 +186,10 @@ class Workers:
             if connector is None or connector.status is ConnectorStatus.DELETING:
                 await self._queue.ack(batch)
                 return
+            with_payload = False
             try:
-                indexer = self._indexer_for(connector)
+                indexer, kind = self._indexer_for(connector)
+                with_payload = kind.needs_payload
             except Exception as exc:
                 # Unknown type (a plugin gone) or a factory that raised: the documents are
                 # failed with the reason, visible and re-queueable once it is fixed.
@@ -196,7 +201,7 @@ class Workers:
                 lease_token=token,
                 lease_until=now + timedelta(seconds=self._lease_seconds),
                 now=now,
-                with_payload=bool(getattr(indexer, "needs_payload", True)) and indexer is not None,
+                with_payload=with_payload,
             )
         except Exception:
             # Nothing was indexed: give back what this token may hold (a claim can commit
@@ -228,8 +233,7 @@ class Workers:
             # Shutdown, or the store lost: keep what is done, give back the rest. Forgotten
             # first, so that no abort check renews the lease being released.
             self._forget(job)
-            job.task.cancel()
-            await asyncio.wait({job.task})
+            await cancel_and_wait(job.task)
             try:
                 await asyncio.shield(self._record(job))
             except SyncdError as exc:

@@ -18,14 +18,15 @@ import hmac
 import time
 from collections.abc import Collection
 from importlib import metadata
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import structlog
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
 from syncd.api.openapi import build_openapi
-from syncd.api.routes import DAEMON, OPENAPI, ROUTES
+from syncd.api.routes import OPENAPI, ROUTES, SERVICE, SYSTEM, System
+from syncd.config import ApiConfig
 from syncd.errors import (
     Conflict,
     NameConflict,
@@ -34,10 +35,8 @@ from syncd.errors import (
     StoreError,
     ValidationError,
 )
-
-if TYPE_CHECKING:
-    from syncd.daemon import Daemon
-    from syncd.metrics import Metrics
+from syncd.metrics import Metrics
+from syncd.service import ConnectorService
 
 log = structlog.get_logger("syncd.api")
 
@@ -47,18 +46,19 @@ UNMATCHED_ROUTE = "unmatched"
 _LOC_ROOTS = ("body", "query", "path")
 
 
-def build_app(daemon: Daemon) -> web.Application:
-    """The control API application serving ``daemon``'s operations."""
-    api = daemon.config.api
+def build_app(service: ConnectorService, system: System, api: ApiConfig) -> web.Application:
+    """The control API application: ``service``'s operations, ``system``'s readiness and
+    metrics, configured by the ``[api]`` section."""
     middlewares: list[Middleware] = [
-        _metrics_middleware(daemon.metrics),
+        _metrics_middleware(system.metrics),
         _error_middleware(api.max_body_bytes),
     ]
     if api.token:
         public = frozenset(route.handler for route in ROUTES if not route.auth)
         middlewares.append(_auth_middleware(api.token, public))
     app = web.Application(client_max_size=api.max_body_bytes, middlewares=middlewares)
-    app[DAEMON] = daemon
+    app[SERVICE] = service
+    app[SYSTEM] = system
     for route in ROUTES:
         app.router.add_route(route.method, route.path, route.handler)
     app[OPENAPI] = build_openapi(ROUTES, version=_version())

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import orjson
 from aiohttp import web
@@ -18,13 +18,23 @@ from aiohttp import web
 from syncd.api import views
 from syncd.api.openapi import Reply, Route
 from syncd.errors import NotFound, ValidationError
+from syncd.metrics import Metrics
 from syncd.models import Connector, ConnectorStatus, DocStatus
+from syncd.service import ConnectorService, decode_cursor
 from syncd.spec import MSG_NOT_OBJECT, text_problem
 
-if TYPE_CHECKING:
-    from syncd.daemon import Daemon
 
-DAEMON: web.AppKey[Daemon] = web.AppKey("syncd.daemon")
+class System(Protocol):
+    """What the system routes read of the daemon: readiness and metrics."""
+
+    @property
+    def metrics(self) -> Metrics: ...
+
+    async def readiness(self) -> dict[str, str]: ...
+
+
+SERVICE: web.AppKey[ConnectorService] = web.AppKey("syncd.service")
+SYSTEM: web.AppKey[System] = web.AppKey("syncd.system")
 OPENAPI: web.AppKey[dict[str, Any]] = web.AppKey("syncd.openapi")
 
 LIMIT_DEFAULT = 100
@@ -39,8 +49,8 @@ _T = TypeVar("_T")
 # --- request parsing ------------------------------------------------------------------
 
 
-def _daemon(request: web.Request) -> Daemon:
-    return request.app[DAEMON]
+def _service(request: web.Request) -> ConnectorService:
+    return request.app[SERVICE]
 
 
 def _id(request: web.Request) -> str:
@@ -103,9 +113,6 @@ def _cursor(request: web.Request) -> str | None:
         return None
     if not raw or len(raw) > CURSOR_MAX_LENGTH or not raw.isprintable():
         raise ValidationError({"query.cursor": "Invalid cursor"})
-    # Imported here: the daemon module imports this package when it starts the API.
-    from syncd.daemon import decode_cursor
-
     # A cursor is opaque but forgeable: one that decodes to text no store can compare
     # (a NUL) is refused here rather than fail in PostgreSQL.
     try:
@@ -129,7 +136,7 @@ async def _listing(call: Awaitable[_T]) -> _T:
 
 
 async def _connector_body(request: web.Request, connector: Connector) -> dict[str, Any]:
-    counts = await _daemon(request).document_counts(connector.id)
+    counts = await _service(request).document_counts(connector.id)
     return views.connector_json(connector, counts)
 
 
@@ -139,7 +146,7 @@ async def _connector_body(request: web.Request, connector: Connector) -> dict[st
 async def create_connector(request: web.Request) -> web.Response:
     """``POST /connectors``."""
     body = await _json_object(request)
-    connector = await _daemon(request).create_connector(body)
+    connector = await _service(request).create_connector(body)
     # A new connector has no documents: no need to count them.
     return web.json_response(views.connector_json(connector, {}), status=201)
 
@@ -147,7 +154,7 @@ async def create_connector(request: web.Request) -> web.Response:
 async def list_connectors(request: web.Request) -> web.Response:
     """``GET /connectors``."""
     status, limit, cursor = _status(request, ConnectorStatus), _limit(request), _cursor(request)
-    daemon = _daemon(request)
+    daemon = _service(request)
     connectors, next_cursor = await _listing(
         daemon.list_connectors(status=status, limit=limit, cursor=cursor)
     )
@@ -157,28 +164,28 @@ async def list_connectors(request: web.Request) -> web.Response:
 
 async def get_connector(request: web.Request) -> web.Response:
     """``GET /connectors/{id}``."""
-    connector = await _daemon(request).get_connector(_id(request))
+    connector = await _service(request).get_connector(_id(request))
     return web.json_response(await _connector_body(request, connector))
 
 
 async def update_connector(request: web.Request) -> web.Response:
     """``PATCH /connectors/{id}``."""
     body = await _json_object(request)
-    connector = await _daemon(request).update_connector(_id(request), body)
+    connector = await _service(request).update_connector(_id(request), body)
     return web.json_response(await _connector_body(request, connector))
 
 
 async def delete_connector(request: web.Request) -> web.Response:
     """``DELETE /connectors/{id}``."""
     connector_id = _id(request)
-    await _daemon(request).delete_connector(connector_id)
+    await _service(request).delete_connector(connector_id)
     return web.json_response({"connector_id": connector_id, "status": "deleting"}, status=202)
 
 
 async def trigger_sync(request: web.Request) -> web.Response:
     """``POST /connectors/{id}/sync``."""
     connector_id = _id(request)
-    run_id = await _daemon(request).trigger_sync(connector_id)
+    run_id = await _service(request).trigger_sync(connector_id)
     return web.json_response(
         {"connector_id": connector_id, "run_id": run_id, "sync_status": "running"}, status=202
     )
@@ -187,7 +194,7 @@ async def trigger_sync(request: web.Request) -> web.Response:
 async def abort_sync(request: web.Request) -> web.Response:
     """``POST /connectors/{id}/sync/abort``."""
     connector_id = _id(request)
-    run_id = await _daemon(request).abort_sync(connector_id)
+    run_id = await _service(request).abort_sync(connector_id)
     return web.json_response(
         {"connector_id": connector_id, "run_id": run_id, "status": "abort_requested"}, status=202
     )
@@ -198,10 +205,10 @@ async def abort_sync(request: web.Request) -> web.Response:
 
 async def list_runs(request: web.Request) -> web.Response:
     """``GET /connectors/{id}/runs``."""
-    await _daemon(request).get_connector(_id(request))  # 404 before 422
+    await _service(request).get_connector(_id(request))  # 404 before 422
     limit, cursor = _limit(request), _cursor(request)
     runs, next_cursor = await _listing(
-        _daemon(request).list_runs(_id(request), limit=limit, cursor=cursor)
+        _service(request).list_runs(_id(request), limit=limit, cursor=cursor)
     )
     return web.json_response(
         {"data": [views.run_json(r) for r in runs], "next_cursor": next_cursor}
@@ -210,10 +217,10 @@ async def list_runs(request: web.Request) -> web.Response:
 
 async def list_documents(request: web.Request) -> web.Response:
     """``GET /connectors/{id}/documents``."""
-    await _daemon(request).get_connector(_id(request))  # 404 before 422
+    await _service(request).get_connector(_id(request))  # 404 before 422
     status, limit, cursor = _status(request, DocStatus), _limit(request), _cursor(request)
     documents, next_cursor = await _listing(
-        _daemon(request).list_documents(_id(request), status=status, limit=limit, cursor=cursor)
+        _service(request).list_documents(_id(request), status=status, limit=limit, cursor=cursor)
     )
     return web.json_response(
         {"data": [views.document_json(d) for d in documents], "next_cursor": next_cursor}
@@ -224,9 +231,9 @@ async def get_document(request: web.Request) -> web.Response:
     """``GET /connectors/{id}/documents/{external_id}``."""
     connector_id, external_id = _id(request), request.match_info["external_id"]
     if text_problem(external_id):  # no store holds such an id (PostgreSQL cannot compare it)
-        await _daemon(request).get_connector(connector_id)  # 404 Connector not found first
+        await _service(request).get_connector(connector_id)  # 404 Connector not found first
         raise NotFound("Document not found")
-    document = await _daemon(request).get_document(connector_id, external_id)
+    document = await _service(request).get_document(connector_id, external_id)
     # orjson embeds the stored payload text as it is (see views.document_json).
     body = orjson.dumps(views.document_json(document, with_payload=True))
     return web.Response(body=body, content_type="application/json")
@@ -234,7 +241,7 @@ async def get_document(request: web.Request) -> web.Response:
 
 async def retry_failed(request: web.Request) -> web.Response:
     """``POST /connectors/{id}/retry-failed``."""
-    requeued = await _daemon(request).retry_failed(_id(request))
+    requeued = await _service(request).retry_failed(_id(request))
     return web.json_response({"requeued": requeued}, status=202)
 
 
@@ -248,14 +255,14 @@ async def healthz(request: web.Request) -> web.Response:
 
 async def readyz(request: web.Request) -> web.Response:
     """``GET /readyz``: 200 when the store and the queue answer, else 503 naming the failure."""
-    checks = await _daemon(request).readiness()
+    checks = await request.app[SYSTEM].readiness()
     ready = all(value == "ok" for value in checks.values())
     return web.json_response(checks, status=200 if ready else 503)
 
 
 async def metrics(request: web.Request) -> web.Response:
     """``GET /metrics``: Prometheus text exposition."""
-    body, content_type = _daemon(request).metrics.render()
+    body, content_type = request.app[SYSTEM].metrics.render()
     # Set as a raw header: aiohttp refuses a charset inside ``content_type=``.
     return web.Response(body=body, headers={"Content-Type": content_type})
 

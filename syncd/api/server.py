@@ -8,18 +8,29 @@ daemon cleans up on stop. The API refuses to listen beyond loopback without a to
 from __future__ import annotations
 
 import contextlib
-import ipaddress
 import os
 import socket
 import stat
+import warnings
 from collections.abc import Callable, Sequence
 
 from aiohttp import web
 
 from syncd.errors import ConfigError
+from syncd.listen import (
+    LISTEN_KEY,
+    UNIX_PREFIX,
+    TcpAddress,
+    UnixAddress,
+    check_exposure,
+    explain_listen_error,
+    is_loopback_host,
+    parse_listen,
+)
 
-KEY = "api.listen"
-UNIX_PREFIX = "unix:"
+__all__ = ["KEY", "UNIX_PREFIX", "UNIX_SOCKET_MODE", "is_loopback", "parse_host_port", "start_api"]
+
+KEY = LISTEN_KEY
 UNIX_SOCKET_MODE = 0o600
 
 _SiteFactory = Callable[[web.AppRunner], web.BaseSite]
@@ -35,22 +46,24 @@ async def start_api(
 ) -> web.AppRunner:
     """Serve ``app`` and return its started runner (``await runner.cleanup()`` stops it).
 
-    ``listen`` is ``host:port`` (``[::1]:8765`` for IPv6; port 0 picks a free port, read it
-    back from ``runner.addresses``) or ``unix:/path`` (a stale socket file is replaced; the
+    ``listen`` is parsed by :func:`syncd.listen.parse_listen`: ``host:port`` (``[::1]:8765``
+    for IPv6, ``:8765`` for every interface; port 0 picks a free port, read it back from
+    ``runner.addresses``) or ``unix:/path`` (a stale socket file is replaced; the
     socket is created with mode 0600). A pre-bound ``sock`` (socket activation) takes
     precedence over ``listen``; ``socks`` serves several (systemd may pass a TCP and a unix
     socket), one site each, on one runner. Without ``token``, only loopback addresses and
-    unix sockets are accepted: anything else raises :class:`ConfigError` (``api.listen``).
+    unix sockets are accepted (:func:`syncd.listen.check_exposure`): anything else raises
+    :class:`ConfigError` (``api.listen``).
     """
     passed = [*([sock] if sock is not None else []), *socks]
     if passed:
         for s in passed:
-            _check_exposure(_socket_host(s), token)
+            check_exposure(_socket_address(s), token)
         return await _serve(app, *(_sock_site(s) for s in passed))
-    if listen.startswith(UNIX_PREFIX):
-        path = listen[len(UNIX_PREFIX) :]
-        if not path:
-            raise ConfigError(KEY, "expected unix:/path/to/socket")
+    address = _parse(listen)
+    check_exposure(address, token)
+    if isinstance(address, UnixAddress):
+        path = address.path
         unix_sock = _bind_unix(path)
         try:
             return await _serve(app, lambda runner: _UnixSocketSite(runner, unix_sock, path))
@@ -59,54 +72,56 @@ async def start_api(
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
             raise
-    host, port = parse_host_port(listen)
-    _check_exposure(host, token)
-    return await _serve(app, lambda runner: web.TCPSite(runner, host or None, port))
+    # An empty host (":8765") is every interface: aiohttp binds them all for host=None.
+    host = address.host or None
+    return await _serve(app, lambda runner: web.TCPSite(runner, host, address.port))
+
+
+def _parse(listen: str) -> TcpAddress | UnixAddress:
+    try:
+        return parse_listen(listen)
+    except ValueError as exc:
+        raise ConfigError(KEY, f"expected {explain_listen_error(exc)}, got {listen!r}") from None
 
 
 def parse_host_port(listen: str) -> tuple[str, int]:
-    """``127.0.0.1:8765`` / ``[::1]:0`` / ``:8765`` (every interface) → ``(host, port)``."""
-    if listen.startswith("["):
-        host, sep, rest = listen[1:].partition("]")
-        if not sep or not rest.startswith(":"):
-            raise ConfigError(KEY, f"expected [ipv6]:port, got {listen!r}")
-        port_text = rest[1:]
-    else:
-        host, sep, port_text = listen.rpartition(":")
-        if not sep or ":" in host:
-            raise ConfigError(KEY, f"expected host:port, [ipv6]:port or unix:/path, got {listen!r}")
-    if not (port_text.isascii() and port_text.isdigit()) or int(port_text) > 65535:
-        raise ConfigError(KEY, f"port must be an integer between 0 and 65535, got {port_text!r}")
-    return host, int(port_text)
+    """Deprecated: use :func:`syncd.listen.parse_listen`.
+
+    ``127.0.0.1:8765`` / ``[::1]:0`` / ``:8765`` (every interface) → ``(host, port)``;
+    :class:`ConfigError` (``api.listen``) when malformed or a unix socket.
+    """
+    warnings.warn(
+        "syncd.api.server.parse_host_port is deprecated: use syncd.listen.parse_listen",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    address = _parse(listen)
+    if not isinstance(address, TcpAddress):
+        raise ConfigError(KEY, f"expected host:port or [ipv6]:port, got {listen!r}")
+    return address.host, address.port
 
 
 def is_loopback(host: str) -> bool:
-    """True for ``localhost`` and loopback IP literals; every other name counts as exposed."""
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+    """Deprecated: use :func:`syncd.listen.is_loopback_host` (a host) or
+    :func:`syncd.listen.is_loopback` (a parsed address).
 
-
-def _check_exposure(host: str | None, token: str | None) -> None:
-    # None: a unix socket, reachable only through the file system.
-    if host is None or token or is_loopback(host):
-        return
-    where = host or "every interface"
-    raise ConfigError(
-        KEY,
-        f"refusing to listen on {where} without an API token: set [api] token, "
-        "[api] token_file or SYNCD_API_TOKEN, or listen on loopback or a unix socket",
+    True for ``localhost`` and loopback IP literals; every other name counts as exposed.
+    """
+    warnings.warn(
+        "syncd.api.server.is_loopback is deprecated: use syncd.listen.is_loopback_host",
+        DeprecationWarning,
+        stacklevel=2,
     )
+    return is_loopback_host(host)
 
 
-def _socket_host(sock: socket.socket) -> str | None:
+def _socket_address(sock: socket.socket) -> TcpAddress | UnixAddress:
+    """Where a socket handed over (systemd) is bound, as a listen address."""
     if sock.family in (socket.AF_INET, socket.AF_INET6):
-        host = sock.getsockname()[0]
-        return str(host)
-    return None
+        host, port = sock.getsockname()[:2]
+        return TcpAddress(str(host), int(port))
+    # Any other family (AF_UNIX) is reachable only through this machine's file system.
+    return UnixAddress(str(sock.getsockname()))
 
 
 def _bind_unix(path: str) -> socket.socket:

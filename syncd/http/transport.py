@@ -54,6 +54,7 @@ from syncd.errors import (
 )
 from syncd.http.retry_after import clamp_retry_after, parse_retry_after
 from syncd.http.timeouts import Timeouts, resolve_timeouts
+from syncd.logs import mask_url_passwords
 from syncd.models import WaitReason
 
 __all__ = [
@@ -100,7 +101,7 @@ def safe_url(url: str | URL) -> str:
         parsed = URL(url)
         return str(parsed.with_user(None).with_query(None).with_fragment(None))
     except (TypeError, ValueError):
-        return str(url).split("?", 1)[0]
+        return _unparsed(url)
 
 
 def describe_url(url: str | URL) -> str:
@@ -115,7 +116,12 @@ def describe_url(url: str | URL) -> str:
         query = "&".join(f"{name}={value}" for name, value in masked)
         return f"{base}?{query}" if query else str(base)
     except (TypeError, ValueError):
-        return str(url).split("?", 1)[0]
+        return _unparsed(url)
+
+
+def _unparsed(url: str | URL) -> str:
+    # A URL yarl cannot parse may still carry a password: mask it as the logs do.
+    return mask_url_passwords(str(url).split("?", 1)[0].split("#", 1)[0])
 
 
 class BlockedAddressError(ClientConnectionError):

@@ -7,6 +7,14 @@ from typing import Any
 
 from syncd.indexers.base import IndexerContext
 from syncd.models import Document
+from syncd.spec import check_unknown
+
+
+def validate_store_config(config: Mapping[str, Any]) -> dict[str, str]:
+    """The ``store`` indexer takes no options."""
+    errors: dict[str, str] = {}
+    check_unknown(config, ("type",), "indexer.", errors)
+    return errors
 
 
 class StoreIndexer:

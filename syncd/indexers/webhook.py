@@ -10,10 +10,23 @@ from syncd.indexers.base import IndexerContext
 from syncd.logs import register_secret
 from syncd.models import Document
 from syncd.sources.secrets import register_connector_secrets, resolve_refs
+from syncd.spec import MSG_REQUIRED, check_headers, check_unknown, url_problem
 
 
 class WebhookError(SyncdError):
     """The webhook answered with a non-2xx status."""
+
+
+def validate_webhook_config(config: Mapping[str, Any]) -> dict[str, str]:
+    """Field errors of a ``webhook`` indexer config: ``url`` (http/https) and ``headers``."""
+    errors: dict[str, str] = {}
+    check_unknown(config, ("type", "url", "headers"), "indexer.", errors)
+    if "url" not in config:
+        errors["indexer.url"] = MSG_REQUIRED
+    elif problem := url_problem(config["url"]):
+        errors["indexer.url"] = problem
+    check_headers(config.get("headers"), "indexer.headers", errors)
+    return errors
 
 
 class WebhookIndexer:

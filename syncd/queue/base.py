@@ -7,13 +7,30 @@ Duplicates are harmless (claiming is a compare-and-set in the store).
 It also carries control messages between instances (``publish`` / ``messages``), such as
 "abort connector X", so that an abort reaches the instance that runs the work quickly. A lost
 message is covered by the store poll of each run (:meth:`Store.report`).
+
+Below the protocol: the primitives both backends build on (a lifecycle enum, a re-armable
+wake-up for blocked ``pop`` calls, the fan-out of control messages to local iterators).
+They live on one event loop and need no locks: every state change happens between two
+``await`` points.
 """
 
 from __future__ import annotations
 
+import asyncio
+import enum
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
+
+__all__ = [
+    "Batch",
+    "Broadcast",
+    "QueueState",
+    "Signal",
+    "Subscription",
+    "WorkQueue",
+    "wait_event",
+]
 
 
 @dataclass(frozen=True)
@@ -68,3 +85,110 @@ class WorkQueue(Protocol):
         """Return when the queue may have lost entries since it was opened (a Redis server
         restarted without persistence); the caller then rebuilds it from the store. Waits
         until cancelled when that cannot happen (the in-process queue)."""
+
+
+# --- primitives shared by the backends ---------------------------------------------
+
+
+class Signal:
+    """A re-armable wake-up: waiters take :meth:`current` *before* checking for work, then
+    wait on it, so a :meth:`fire` between the check and the wait is never lost."""
+
+    def __init__(self) -> None:
+        self._event = asyncio.Event()
+
+    def current(self) -> asyncio.Event:
+        """The event the next :meth:`fire` sets."""
+        return self._event
+
+    def fire(self) -> None:
+        """Wake every waiter holding the current event, and arm a fresh one."""
+        event, self._event = self._event, asyncio.Event()
+        event.set()
+
+
+async def wait_event(event: asyncio.Event, seconds: float) -> bool:
+    """Wait up to ``seconds`` for ``event``; whether it was set."""
+    if event.is_set():
+        return True
+    if seconds <= 0:
+        return False
+    try:
+        async with asyncio.timeout(seconds):
+            await event.wait()
+    except TimeoutError:
+        return False
+    return True
+
+
+class Subscription:
+    """One ``messages()`` iterator: receives every message sent after it was created, and
+    ends when its :class:`Broadcast` closes (or when :meth:`aclose` is called)."""
+
+    def __init__(self, hub: Broadcast) -> None:
+        self._hub = hub
+        self._inbox: asyncio.Queue[dict[str, str] | None] = asyncio.Queue()
+        self._done = False
+
+    def __aiter__(self) -> Subscription:
+        return self
+
+    async def __anext__(self) -> dict[str, str]:
+        if self._done:
+            raise StopAsyncIteration
+        message = await self._inbox.get()
+        if message is None:
+            self._done = True
+            self._hub.discard(self)
+            raise StopAsyncIteration
+        return message
+
+    async def aclose(self) -> None:
+        """Stop receiving; the iterator ends."""
+        self._done = True
+        self._hub.discard(self)
+        self._inbox.put_nowait(None)
+
+    def _deliver(self, message: dict[str, str] | None) -> None:
+        self._inbox.put_nowait(message)
+
+
+class Broadcast:
+    """Fan-out of control messages to every live :class:`Subscription`."""
+
+    def __init__(self) -> None:
+        self._subscribers: set[Subscription] = set()
+        self._closed = False
+
+    def subscribe(self) -> Subscription:
+        """A new iterator; already ended if the broadcast is closed."""
+        subscription = Subscription(self)
+        if self._closed:
+            subscription._deliver(None)
+        else:
+            self._subscribers.add(subscription)
+        return subscription
+
+    def discard(self, subscription: Subscription) -> None:
+        """Forget a subscription (it stopped iterating)."""
+        self._subscribers.discard(subscription)
+
+    def send(self, message: Mapping[str, str]) -> None:
+        """Deliver a copy of ``message`` to every subscriber."""
+        for subscription in self._subscribers:
+            subscription._deliver(dict(message))
+
+    def close(self) -> None:
+        """End every subscription, now and for those created later."""
+        self._closed = True
+        subscribers, self._subscribers = self._subscribers, set()
+        for subscription in subscribers:
+            subscription._deliver(None)
+
+
+class QueueState(enum.Enum):
+    """Lifecycle of a queue object: it is opened once and closed once."""
+
+    NEW = "new"
+    OPEN = "open"
+    CLOSED = "closed"

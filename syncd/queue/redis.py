@@ -63,8 +63,8 @@ from redis.backoff import ExponentialWithJitterBackoff
 from redis.exceptions import RedisError
 
 from syncd.errors import ConfigError, QueueError
-from syncd.queue.base import Batch
-from syncd.queue.memory import Broadcast, QueueState, Signal, Subscription, wait_event
+from syncd.queue.base import Batch, Broadcast, QueueState, Signal, Subscription, wait_event
+from syncd.tasks import cancel_and_wait
 
 __all__ = ["RedisQueue"]
 
@@ -559,17 +559,9 @@ class RedisQueue:
 async def _stop(task: asyncio.Task[None] | None) -> None:
     """Cancel one of our background tasks and wait for it, without swallowing a
     cancellation aimed at the caller."""
-    if task is None:
-        return
-    task.cancel()
-    try:
-        await task
-    except asyncio.CancelledError:
-        current = asyncio.current_task()
-        if current is not None and current.cancelling():
-            raise
-    except Exception:
-        pass  # already logged by _log_crash; closing goes on
+    # A task already ended was reported by _log_crash: not logged twice.
+    if task is not None and not task.done():
+        await cancel_and_wait(task)
 
 
 def _log_crash(task: asyncio.Task[None]) -> None:

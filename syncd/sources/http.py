@@ -29,6 +29,7 @@ from syncd.sources.pagination import (
     get_path,
 )
 from syncd.sources.secrets import check_refs, register_connector_secrets, resolve_refs
+from syncd.spec import url_problem
 
 __all__ = ["HttpSource", "validate_http_source"]
 
@@ -198,6 +199,15 @@ def _param_text(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
+
+
+def validate_http_config(config: Mapping[str, Any]) -> dict[str, str]:
+    """Field errors of an ``http`` source config, its URL parsed in full (the kind's
+    validator, :class:`syncd.plugins.SourceKind`)."""
+    errors = validate_http_source(config)
+    if "source.url" not in errors and (problem := url_problem(config.get("url"))):
+        errors["source.url"] = problem
+    return errors
 
 
 def validate_http_source(config: Any) -> dict[str, str]:

@@ -19,7 +19,7 @@ from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from syncd.errors import SourceError
-from syncd.logs import register_secret
+from syncd.logs import MASK, mask_url_passwords, register_secret
 
 __all__ = [
     "REDACTED",
@@ -30,14 +30,13 @@ __all__ = [
     "resolve_refs",
 ]
 
-REDACTED = "***"
+REDACTED = MASK  # the log redaction's mask: one spelling everywhere
 
 _REF = re.compile(r"\$\{(?P<kind>[A-Za-z_]+):(?P<name>[^}]*)\}")
 _SECRET_KEY = re.compile(
     r"token|secret|passw(or)?d|api[_-]?key|auth(orization)?$|credential|private[_-]?key|^key$",
     re.IGNORECASE,
 )
-_URL_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.\-]*://[^:/@\s]*):[^@/\s]*@")
 _QUERY_SECRET = re.compile(
     r"(?P<head>[?&](?:[^=&#\s]*(?:token|secret|passw(?:or)?d|api[_-]?key|signature)"
     r"[^=&#\s]*|key|sig)=)[^&#\s]*",
@@ -116,7 +115,7 @@ def redact_url(text: str) -> str:
     """``text`` with URL passwords and secret-looking query parameters masked."""
     if "://" not in text and "=" not in text:
         return text
-    text = _URL_PASSWORD.sub(rf"\g<head>:{REDACTED}@", text)
+    text = mask_url_passwords(text)
     return _QUERY_SECRET.sub(rf"\g<head>{REDACTED}", text)
 
 

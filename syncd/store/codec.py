@@ -9,22 +9,20 @@ Two columns are JSON text on every backend: a document's ``payload`` (its canoni
 text, :func:`syncd.models.canonical_json`, stored and returned as it is so that integers of
 any size and ``\u0000`` survive) and a run's ``rejections`` (ASCII JSON text).
 
-:func:`plan_page` is the one decision of ``commit_page`` that does not depend on the dialect:
-which documents of a crawled page are written and enqueued.
+Which documents of a crawled page are written and enqueued is a rule, not a conversion:
+:func:`syncd.rules.plan_page`.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
 import orjson
 
 from syncd.models import (
-    ABORTED_ERROR,
     MAX_REJECTIONS,
     Connector,
     ConnectorStatus,
@@ -47,7 +45,6 @@ __all__ = [
     "CONNECTOR_COLUMNS",
     "DOCUMENT_COLUMNS",
     "RUN_COLUMNS",
-    "ExistingDocument",
     "Row",
     "connector_from_row",
     "connector_to_row",
@@ -59,7 +56,6 @@ __all__ = [
     "load_json",
     "merge_rejections",
     "payload_text",
-    "plan_page",
     "rejections_from_text",
     "run_from_row",
     "waiting_from_columns",
@@ -357,40 +353,3 @@ def document_from_row(
         lease_until=dt(row["lease_until"]),
         payload_json=text,
     )
-
-
-# --- commit_page ------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ExistingDocument:
-    """What ``commit_page`` needs to know about a stored document."""
-
-    content_hash: str
-    status: DocStatus
-    error: str | None
-
-
-def plan_page(
-    documents: Sequence[DocumentInput], existing: Mapping[str, ExistingDocument]
-) -> list[DocumentInput]:
-    """The documents of a page that must be written as ``pending`` and enqueued.
-
-    Duplicate external ids within the page: the last one wins (its position is the first
-    occurrence's). A document is written when it is new, when its content hash changed, or
-    when it is ``failed`` with error ``Aborted``; every other stored document is left as it
-    is. ``existing`` maps the external ids of the page that are already stored.
-    """
-    latest: dict[str, DocumentInput] = {}
-    for doc in documents:
-        latest[doc.external_id] = doc
-    out: list[DocumentInput] = []
-    for external_id, doc in latest.items():
-        old = existing.get(external_id)
-        if (
-            old is None
-            or old.content_hash != doc.content_hash
-            or (old.status is DocStatus.FAILED and old.error == ABORTED_ERROR)
-        ):
-            out.append(doc)
-    return out

@@ -180,7 +180,8 @@ RETURNING id"""
 
 # One statement for the whole page; payloads are JSON text, stored as they are. The WHERE of
 # DO UPDATE leaves unchanged documents untouched (no new row version), and RETURNING yields
-# exactly the ids to enqueue.
+# exactly the ids to enqueue. Parameters: connector id, external ids, content hashes,
+# payloads, now, rules.REQUEUE_ERROR, the status to write, rules.REQUEUE_STATUS.
 UPSERT_DOCUMENTS: Final = """
 INSERT INTO documents AS d
     (connector_id, external_id, status, content_hash, payload, error, attempts,
@@ -193,8 +194,9 @@ ON CONFLICT (connector_id, external_id) DO UPDATE SET
     status = excluded.status, content_hash = excluded.content_hash, payload = excluded.payload,
     error = NULL, attempts = 0, lease_token = NULL, lease_until = NULL,
     updated_at = excluded.updated_at, indexed_at = COALESCE(excluded.indexed_at, d.indexed_at)
+-- The enqueue rule, syncd.rules.must_write (a new document never reaches this WHERE).
 WHERE d.content_hash <> excluded.content_hash
-   OR (d.status = 'failed' AND d.error = $6)
+   OR (d.status = $8 AND d.error = $6)
 RETURNING d.external_id"""
 
 # The sample of rejections is read and rewritten only when a page rejected records (the

@@ -1,27 +1,20 @@
 """The embedded state store: one SQLite file through aiosqlite (DESIGN.md §1).
 
-One connection per store, in WAL mode. Statements of this process are serialised by an
-``asyncio.Lock``; writers take the database's write lock up front (``BEGIN IMMEDIATE``), so
-a read-modify-write such as :meth:`SQLiteStore.mutate_connector` is atomic even when another
-process (a restarted daemon while the old one is still exiting) opens the same file. Such a
-second writer waits up to ``busy_timeout`` seconds for the lock.
+Each method is its domain steps over the verbs of :class:`SQLiteDatabase`
+(:mod:`syncd.store.sqlite_conn`: one connection in WAL mode, its lock, migrations and the
+translation of driver errors); every statement lives in :mod:`syncd.store.sqlite_sql`.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import sqlite3
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
-import aiosqlite
-
-from syncd.errors import ConfigError, Fenced, NameConflict, NotFound, StoreError
+from syncd.errors import ConfigError, Fenced, NotFound
 from syncd.models import (
     Connector,
     ConnectorStatus,
@@ -32,10 +25,10 @@ from syncd.models import (
     Run,
     Waiting,
 )
+from syncd.rules import ExistingDocument, plan_page
 from syncd.store import sqlite_sql as sql
 from syncd.store.base import Change
 from syncd.store.codec import (
-    ExistingDocument,
     connector_from_row,
     connector_to_row,
     document_from_row,
@@ -43,27 +36,13 @@ from syncd.store.codec import (
     encode_dt,
     merge_rejections,
     payload_text,
-    plan_page,
     run_from_row,
 )
+from syncd.store.sqlite_conn import SQLiteDatabase
 
 __all__ = ["SQLiteStore"]
 
-_MEMORY = ":memory:"
 _FINISHED = frozenset({DocStatus.INDEXED, DocStatus.FAILED})
-
-
-@contextlib.contextmanager
-def _translated() -> Iterator[None]:
-    """Driver errors become syncd's own; everything else passes through unchanged."""
-    try:
-        yield
-    except sqlite3.IntegrityError as exc:
-        if "connectors.name" in str(exc):
-            raise NameConflict("Connector name already exists") from exc
-        raise StoreError(f"SQLite integrity error: {exc}") from exc
-    except sqlite3.Error as exc:
-        raise StoreError(f"SQLite error: {exc}") from exc
 
 
 class SQLiteStore:
@@ -74,10 +53,7 @@ class SQLiteStore:
     """
 
     def __init__(self, path: str | Path, *, busy_timeout: float = 10.0) -> None:
-        self._path = path if str(path) == _MEMORY else Path(path)
-        self._busy_timeout = busy_timeout
-        self._db: aiosqlite.Connection | None = None
-        self._lock = asyncio.Lock()
+        self._db = SQLiteDatabase(path, busy_timeout=busy_timeout)
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> SQLiteStore:
@@ -94,129 +70,35 @@ class SQLiteStore:
     @property
     def path(self) -> str | Path:
         """The database file (or ``":memory:"``)."""
-        return self._path
+        return self._db.path
 
     # --- lifecycle ----------------------------------------------------------------------
 
     async def open(self) -> None:
         """Connect, configure the connection and apply pending migrations (idempotent)."""
-        async with self._lock:
-            if self._db is None:
-                self._db = await self._connect()
-
-    async def _connect(self) -> aiosqlite.Connection:
-        if isinstance(self._path, Path):
-            try:
-                self._path.parent.mkdir(parents=True, exist_ok=True)
-            except OSError as exc:
-                raise StoreError(f"cannot create {self._path.parent}: {exc}") from exc
-        with _translated():
-            # isolation_level=None: the store issues BEGIN itself, sqlite3 never does.
-            db = await aiosqlite.connect(
-                self._path, timeout=self._busy_timeout, isolation_level=None
-            )
-            try:
-                db.row_factory = sqlite3.Row
-                await self._enable_wal(db)
-                for pragma in sql.PRAGMAS_PER_CONNECTION:
-                    await db.execute(pragma)
-                await self._migrate(db)
-            except BaseException:
-                await db.close()
-                raise
-        return db
-
-    async def _enable_wal(self, db: aiosqlite.Connection) -> None:
-        # Switching a new file to WAL needs an exclusive lock and SQLite does not wait for
-        # it through the busy handler: when several processes open a new file at once, the
-        # losers retry until busy_timeout.
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self._busy_timeout
-        delay = 0.002
-        while True:
-            try:
-                await db.execute(sql.JOURNAL_MODE_WAL)
-                return
-            except sqlite3.OperationalError as exc:
-                if exc.sqlite_errorcode != sqlite3.SQLITE_BUSY or loop.time() >= deadline:
-                    raise
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 0.1)
-
-    async def _migrate(self, db: aiosqlite.Connection) -> None:
-        # Under the write lock, so that two processes opening a new file migrate it once.
-        try:
-            await db.execute(sql.BEGIN_IMMEDIATE)
-            rows = list(await db.execute_fetchall(sql.GET_USER_VERSION))
-            current = int(rows[0][0])
-            for step in sql.MIGRATIONS:
-                if step.version > current:
-                    for statement in step.statements:
-                        await db.execute(statement)
-                    await db.execute(sql.set_user_version(step.version))
-            await db.commit()
-        except BaseException:
-            await _rollback(db)
-            raise
+        await self._db.open()
 
     async def close(self) -> None:
         """Close the connection (idempotent)."""
-        db, self._db = self._db, None
-        if db is not None:
-            async with self._lock:
-                with _translated():
-                    await db.close()
+        await self._db.close()
 
     async def ping(self) -> None:
         """Raise :class:`StoreError` unless the database answers."""
-        async with self._connected() as db:
-            await db.execute_fetchall(sql.PING)
-
-    # --- plumbing -----------------------------------------------------------------------
-
-    def _connection(self) -> aiosqlite.Connection:
-        if self._db is None:
-            raise StoreError("the SQLite store is not open")
-        return self._db
-
-    @contextlib.asynccontextmanager
-    async def _connected(self) -> AsyncIterator[aiosqlite.Connection]:
-        """The connection, for reads and single-statement (autocommit) writes."""
-        async with self._lock:
-            db = self._connection()
-            with _translated():
-                yield db
-
-    @contextlib.asynccontextmanager
-    async def _write(self) -> AsyncIterator[aiosqlite.Connection]:
-        """A write transaction: committed on success, rolled back on any exception."""
-        async with self._lock:
-            db = self._connection()
-            with _translated():
-                try:
-                    # Inside the try: a cancelled BEGIN still runs on the connection's
-                    # thread, so it must be rolled back too.
-                    await db.execute(sql.BEGIN_IMMEDIATE)
-                    yield db
-                    await db.commit()
-                except BaseException:
-                    await _rollback(db)
-                    raise
+        await self._db.fetch_all(sql.PING)
 
     # --- connectors ---------------------------------------------------------------------
 
     async def create_connector(self, connector: Connector) -> Connector:
         """Insert a new connector; :class:`NameConflict` if the name is taken."""
         row = connector_to_row(connector)
-        async with self._write() as db:
-            await db.execute(sql.INSERT_CONNECTOR, row)
+        async with self._db.transaction() as tx:
+            await tx.execute(sql.INSERT_CONNECTOR, **row)
         return connector
 
     async def get_connector(self, connector_id: str) -> Connector | None:
         """The connector, or ``None``."""
-        async with self._connected() as db:
-            rows = list(await db.execute_fetchall(sql.GET_CONNECTOR, (connector_id,)))
-        return connector_from_row(rows[0]) if rows else None
+        row = await self._db.fetch_one(sql.GET_CONNECTOR, connector_id)
+        return None if row is None else connector_from_row(row)
 
     async def list_connectors(
         self, *, status: ConnectorStatus | None = None, limit: int = 100, after: str | None = None
@@ -229,8 +111,7 @@ class SQLiteStore:
             params.append(after)
         params.append(limit)
         query = sql.list_connectors(by_status=status is not None, after=after is not None)
-        async with self._connected() as db:
-            rows = await db.execute_fetchall(query, params)
+        rows = await self._db.fetch_all(query, *params)
         return [connector_from_row(r) for r in rows]
 
     async def mutate_connector(
@@ -238,30 +119,28 @@ class SQLiteStore:
     ) -> tuple[Connector, Connector]:
         """Atomically read the connector, apply ``change`` and write the result with its
         run rows (see :meth:`syncd.store.Store.mutate_connector`)."""
-        async with self._write() as db:
-            rows = list(await db.execute_fetchall(sql.GET_CONNECTOR, (connector_id,)))
-            if not rows:
+        async with self._db.transaction() as tx:
+            row = await tx.fetch_one(sql.GET_CONNECTOR, connector_id)
+            if row is None:
                 raise NotFound()
-            before = connector_from_row(rows[0])
+            before = connector_from_row(row)
             transition = change(before)
             after = transition.connector
             if (after.id, after.created_at) != (before.id, before.created_at):
                 # Neither is ever rewritten; return what the store now holds.
                 after = replace(after, id=before.id, created_at=before.created_at)
-            await db.execute(sql.UPDATE_CONNECTOR, connector_to_row(after))
+            await tx.execute(sql.UPDATE_CONNECTOR, **connector_to_row(after))
             if (start := transition.start) is not None:
-                await db.execute(
+                await tx.execute(
                     sql.INSERT_RUN,
-                    (
-                        start.id,
-                        start.connector_id,
-                        start.trigger.value,
-                        encode_dt(start.started_at),
-                        start.owner,
-                    ),
+                    start.id,
+                    start.connector_id,
+                    start.trigger.value,
+                    encode_dt(start.started_at),
+                    start.owner,
                 )
             if transition.ends:
-                await db.executemany(
+                await tx.executemany(
                     sql.END_RUN,
                     [
                         (end.outcome.value, encode_dt(end.finished_at), end.error, end.id)
@@ -269,29 +148,26 @@ class SQLiteStore:
                     ],
                 )
             if fail_documents is not None:
-                await db.execute(
+                await tx.execute(
                     sql.FAIL_DOCUMENTS,
-                    (
-                        fail_documents,
-                        encode_dt(after.updated_at),
-                        dump_json([DocStatus.PENDING.value, DocStatus.RUNNING.value]),
-                        connector_id,
-                    ),
+                    fail_documents,
+                    encode_dt(after.updated_at),
+                    dump_json([DocStatus.PENDING.value, DocStatus.RUNNING.value]),
+                    connector_id,
                 )
         return before, after
 
     async def delete_connector(self, connector_id: str) -> None:
         """Delete the connector with all its documents and runs (no-op if missing)."""
-        async with self._write() as db:
-            await db.execute(sql.DELETE_CONNECTOR_DOCUMENTS, (connector_id,))
-            await db.execute(sql.DELETE_CONNECTOR_RUNS, (connector_id,))
-            await db.execute(sql.DELETE_CONNECTOR, (connector_id,))
+        async with self._db.transaction() as tx:
+            await tx.execute(sql.DELETE_CONNECTOR_DOCUMENTS, connector_id)
+            await tx.execute(sql.DELETE_CONNECTOR_RUNS, connector_id)
+            await tx.execute(sql.DELETE_CONNECTOR, connector_id)
 
     async def due_connectors(self, now: datetime, *, limit: int = 100) -> list[Connector]:
         """Connectors with ``next_run_at <= now`` whose status is ``active`` or ``error``,
         earliest first."""
-        async with self._connected() as db:
-            rows = await db.execute_fetchall(sql.DUE_CONNECTORS, (encode_dt(now), limit))
+        rows = await self._db.fetch_all(sql.DUE_CONNECTORS, encode_dt(now), limit)
         return [connector_from_row(r) for r in rows]
 
     # --- run writes, fenced by run id ---------------------------------------------------
@@ -316,21 +192,20 @@ class SQLiteStore:
         status = DocStatus.INDEXED.value if indexed else DocStatus.PENDING.value
         state = dump_json(dict(source_state))
         ids = dump_json([d.external_id for d in documents])
-        async with self._write() as db:
-            cursor = await db.execute(
-                sql.CHECKPOINT_PAGE,
-                (next_cursor, state, len(documents), at, connector_id, run_id),
+        async with self._db.transaction() as tx:
+            checkpointed = await tx.execute(
+                sql.CHECKPOINT_PAGE, next_cursor, state, len(documents), at, connector_id, run_id
             )
-            if cursor.rowcount != 1:
+            if checkpointed != 1:
                 raise Fenced(f"run {run_id} is no longer the current run of {connector_id}")
             existing = {
                 r[0]: ExistingDocument(r[1], DocStatus(r[2]), r[3])
-                for r in await db.execute_fetchall(sql.EXISTING_DOCUMENTS, (connector_id, ids))
+                for r in await tx.fetch_all(sql.EXISTING_DOCUMENTS, connector_id, ids)
             }
             enqueue = plan_page(documents, existing)
             if enqueue:
                 # Each payload is serialised exactly once, and only when it is written.
-                await db.executemany(
+                await tx.executemany(
                     sql.UPSERT_DOCUMENT,
                     [
                         (connector_id, d.external_id, d.content_hash, payload_text(d), at, status)
@@ -339,12 +214,11 @@ class SQLiteStore:
                 )
             sample = None
             if rejected:
-                rows = list(await db.execute_fetchall(sql.RUN_REJECTIONS, (run_id,)))
-                if rows:
-                    sample = merge_rejections(rows[0][1], int(rows[0][0]) + 1, rejected)
-            await db.execute(
-                sql.COUNT_PAGE,
-                (len(documents), len(enqueue), len(rejected), sample, note, run_id),
+                run = await tx.fetch_one(sql.RUN_REJECTIONS, run_id)
+                if run is not None:
+                    sample = merge_rejections(run[1], int(run[0]) + 1, rejected)
+            await tx.execute(
+                sql.COUNT_PAGE, len(documents), len(enqueue), len(rejected), sample, note, run_id
             )
         return [d.external_id for d in enqueue]
 
@@ -352,46 +226,40 @@ class SQLiteStore:
         self, connector_id: str, run_id: str, *, now: datetime, waiting: Waiting | None
     ) -> bool:
         """Heartbeat of a running run; ``False`` (nothing written) if it is not current."""
-        params = (
+        # One autocommit statement: atomic on its own.
+        written = await self._db.execute(
+            sql.REPORT,
             encode_dt(now),
             waiting.reason.value if waiting else None,
             encode_dt(waiting.until) if waiting else None,
             connector_id,
             run_id,
         )
-        async with self._connected() as db:
-            # One autocommit statement: atomic on its own.
-            cursor = await db.execute(sql.REPORT, params)
-        return cursor.rowcount == 1
+        return written == 1
 
     # --- runs ---------------------------------------------------------------------------
 
     async def get_run(self, run_id: str) -> Run | None:
         """The run, or ``None``."""
-        async with self._connected() as db:
-            rows = list(await db.execute_fetchall(sql.GET_RUN, (run_id,)))
-        return run_from_row(rows[0]) if rows else None
+        row = await self._db.fetch_one(sql.GET_RUN, run_id)
+        return None if row is None else run_from_row(row)
 
     async def list_runs(
         self, connector_id: str, *, limit: int = 100, before: str | None = None
     ) -> list[Run]:
         """A connector's runs, newest first, ids smaller than ``before``."""
-        async with self._connected() as db:
-            if before is None:
-                rows = await db.execute_fetchall(sql.LIST_RUNS, (connector_id, limit))
-            else:
-                rows = await db.execute_fetchall(
-                    sql.LIST_RUNS_BEFORE, (connector_id, before, limit)
-                )
+        if before is None:
+            rows = await self._db.fetch_all(sql.LIST_RUNS, connector_id, limit)
+        else:
+            rows = await self._db.fetch_all(sql.LIST_RUNS_BEFORE, connector_id, before, limit)
         return [run_from_row(r) for r in rows]
 
     # --- documents ----------------------------------------------------------------------
 
     async def get_document(self, connector_id: str, external_id: str) -> Document | None:
         """The document with its payload, or ``None``."""
-        async with self._connected() as db:
-            rows = list(await db.execute_fetchall(sql.GET_DOCUMENT, (connector_id, external_id)))
-        return document_from_row(rows[0], with_payload=True) if rows else None
+        row = await self._db.fetch_one(sql.GET_DOCUMENT, connector_id, external_id)
+        return None if row is None else document_from_row(row, with_payload=True)
 
     async def list_documents(
         self,
@@ -410,15 +278,13 @@ class SQLiteStore:
             params.append(after)
         params.append(limit)
         query = sql.list_documents(by_status=status is not None, after=after is not None)
-        async with self._connected() as db:
-            rows = await db.execute_fetchall(query, params)
+        rows = await self._db.fetch_all(query, *params)
         return [document_from_row(r) for r in rows]
 
     async def document_counts(self, connector_id: str) -> dict[DocStatus, int]:
         """Number of documents per status (every status present, zero if none)."""
         statuses = dump_json([s.value for s in DocStatus])
-        async with self._connected() as db:
-            rows = await db.execute_fetchall(sql.DOCUMENT_COUNTS, (connector_id, statuses))
+        rows = await self._db.fetch_all(sql.DOCUMENT_COUNTS, connector_id, statuses)
         counts = {DocStatus(r[0]): int(r[1]) for r in rows}
         return {s: counts.get(s, 0) for s in DocStatus}
 
@@ -427,13 +293,10 @@ class SQLiteStore:
     ) -> list[tuple[str, str]]:
         """``(connector_id, external_id)`` of pending documents, ordered by that pair,
         greater than ``after``."""
-        async with self._connected() as db:
-            if after is None:
-                rows = await db.execute_fetchall(sql.PENDING_DOCUMENTS, (limit,))
-            else:
-                rows = await db.execute_fetchall(
-                    sql.PENDING_DOCUMENTS_AFTER, (after[0], after[1], limit)
-                )
+        if after is None:
+            rows = await self._db.fetch_all(sql.PENDING_DOCUMENTS, limit)
+        else:
+            rows = await self._db.fetch_all(sql.PENDING_DOCUMENTS_AFTER, *after, limit)
         return [(r[0], r[1]) for r in rows]
 
     async def claim_documents(
@@ -450,16 +313,15 @@ class SQLiteStore:
         their payload unless ``with_payload`` is false), in the order of ``external_ids``."""
         if not external_ids:
             return []
-        params = (
-            lease_token,
-            encode_dt(lease_until),
-            encode_dt(now),
-            connector_id,
-            dump_json(list(external_ids)),
-        )
-        async with self._write() as db:
-            query = sql.CLAIM_DOCUMENTS if with_payload else sql.CLAIM_DOCUMENTS_NO_PAYLOAD
-            rows = await db.execute_fetchall(query, params)
+        async with self._db.transaction() as tx:
+            rows = await tx.fetch_all(
+                sql.CLAIM_DOCUMENTS if with_payload else sql.CLAIM_DOCUMENTS_NO_PAYLOAD,
+                lease_token,
+                encode_dt(lease_until),
+                encode_dt(now),
+                connector_id,
+                dump_json(list(external_ids)),
+            )
         claimed = {r["external_id"]: document_from_row(r, with_payload=with_payload) for r in rows}
         return [claimed[e] for e in dict.fromkeys(external_ids) if e in claimed]
 
@@ -481,24 +343,21 @@ class SQLiteStore:
             params.append((status.value, error, at, connector_id, external_id, lease_token))
         if not params:
             return 0
-        async with self._write() as db:
-            cursor = await db.executemany(sql.FINISH_DOCUMENT, params)
-        return cursor.rowcount
+        async with self._db.transaction() as tx:
+            return await tx.executemany(sql.FINISH_DOCUMENT, params)
 
     async def extend_leases(self, connector_id: str, lease_token: str, until: datetime) -> int:
         """Push back the lease of documents running under ``lease_token``."""
-        async with self._connected() as db:
-            cursor = await db.execute(
-                sql.EXTEND_LEASES, (encode_dt(until), connector_id, lease_token)
-            )
-        return cursor.rowcount
+        return await self._db.execute(
+            sql.EXTEND_LEASES, encode_dt(until), connector_id, lease_token
+        )
 
     async def release_expired_leases(self, now: datetime) -> list[tuple[str, str]]:
         """Return ``running`` documents whose lease ended at or before ``now`` to
         ``pending``; their ``(connector_id, external_id)``, sorted."""
         at = encode_dt(now)
-        async with self._write() as db:
-            rows = await db.execute_fetchall(sql.RELEASE_EXPIRED_LEASES, (at, at))
+        async with self._db.transaction() as tx:
+            rows = await tx.fetch_all(sql.RELEASE_EXPIRED_LEASES, at, at)
         return sorted((r[0], r[1]) for r in rows)
 
     async def fail_documents(
@@ -514,11 +373,9 @@ class SQLiteStore:
         if not statuses:
             return 0
         values = dump_json([s.value for s in statuses])
-        async with self._connected() as db:
-            cursor = await db.execute(
-                sql.FAIL_DOCUMENTS, (error, encode_dt(now), values, connector_id)
-            )
-        return cursor.rowcount
+        return await self._db.execute(
+            sql.FAIL_DOCUMENTS, error, encode_dt(now), values, connector_id
+        )
 
     async def requeue_documents(
         self,
@@ -532,24 +389,13 @@ class SQLiteStore:
         those with this ``error`` when given; their external ids, sorted. With ``run_id``,
         fenced: :class:`Fenced` (nothing written) unless it is the current run."""
         at = encode_dt(now)
-        async with self._write() as db:
+        async with self._db.transaction() as tx:
             if run_id is not None:
-                current = await db.execute_fetchall(sql.IS_CURRENT_RUN, (connector_id, run_id))
-                if not list(current):
+                current = await tx.fetch_one(sql.IS_CURRENT_RUN, connector_id, run_id)
+                if current is None:
                     raise Fenced(f"run {run_id} is no longer the current run of {connector_id}")
             if error is None:
-                rows = await db.execute_fetchall(sql.REQUEUE_DOCUMENTS, (at, connector_id))
+                rows = await tx.fetch_all(sql.REQUEUE_DOCUMENTS, at, connector_id)
             else:
-                rows = await db.execute_fetchall(
-                    sql.REQUEUE_DOCUMENTS_WITH_ERROR, (at, connector_id, error)
-                )
+                rows = await tx.fetch_all(sql.REQUEUE_DOCUMENTS_WITH_ERROR, at, connector_id, error)
         return sorted(r[0] for r in rows)
-
-
-async def _rollback(db: aiosqlite.Connection) -> None:
-    # Queued behind whatever the connection's thread is still running (a statement whose
-    # awaiting task was cancelled), so it always sees the real transaction state; a no-op
-    # when no transaction is open.
-    with contextlib.suppress(sqlite3.Error):
-        # A failed rollback must not hide the error that caused it.
-        await db.rollback()

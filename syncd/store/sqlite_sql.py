@@ -197,8 +197,9 @@ EXISTING_DOCUMENTS = (
     "SELECT external_id, content_hash, status, error FROM documents "
     "WHERE connector_id = ? AND external_id IN (SELECT value FROM json_each(?))"
 )
-# New, changed and abort-failed documents alike become pending with a clean slate; a running
-# one loses its lease, so the worker indexing the old content cannot record a result for it.
+# The documents syncd.rules.plan_page picks (new, changed, failed by an abort) alike become
+# pending with a clean slate; a running one loses its lease, so the worker indexing the old
+# content cannot record a result for it.
 UPSERT_DOCUMENT = (
     "INSERT INTO documents (connector_id, external_id, status, content_hash, created_at, "
     "updated_at, attempts, payload, indexed_at) VALUES (?1, ?2, ?6, ?3, ?5, ?5, 0, ?4, "

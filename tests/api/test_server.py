@@ -18,7 +18,9 @@ from aiohttp import web
 
 from syncd.api import start_api
 from syncd.api.server import is_loopback, parse_host_port
+from syncd.config import Config
 from syncd.errors import ConfigError
+from syncd.listen import is_loopback_host
 
 
 def make_app() -> web.Application:
@@ -116,11 +118,49 @@ async def test_malformed_listen_addresses(listen: str) -> None:
     assert info.value.key == "api.listen"
 
 
-def test_parse_host_port() -> None:
-    assert parse_host_port("127.0.0.1:8765") == ("127.0.0.1", 8765)
-    assert parse_host_port("[::1]:0") == ("::1", 0)
-    assert parse_host_port("localhost:1") == ("localhost", 1)
-    assert parse_host_port(":80") == ("", 80)
+async def test_every_interface_with_a_token(runners: list[web.AppRunner]) -> None:
+    # ":port" binds every interface, as aiohttp does for host=None: reachable on loopback.
+    runner = await start_api(make_app(), ":0", token="t0ken")
+    runners.append(runner)
+    # One socket per address family (each with its own free port when asked for port 0).
+    assert runner.addresses
+    for host, port, *_ in runner.addresses:
+        loopback = "[::1]" if ":" in host else "127.0.0.1"
+        assert await ping(f"http://{loopback}:{port}/ping") == 200
+
+
+@pytest.mark.parametrize(
+    "listen",
+    [
+        ":0",  # every interface: config once called it malformed, the server exposed
+        "[::]:0",
+        "0.0.0.0:0",
+        "example.com:8765",
+        "[nothost]:80",  # the server once tried to bind it
+        "127.0.0.1:\u0668\u0660",  # Arabic-Indic digits: config once accepted port 80
+        "exa mple:80",
+        "8765",
+        "::1:80",
+        "unix:",
+    ],
+)
+async def test_server_and_config_agree(listen: str) -> None:
+    """One rule (syncd.listen): the same refusal, word for word, from the configuration and
+    from the server handed the same string without a token."""
+    with pytest.raises(ConfigError) as from_config:
+        Config.from_mapping({"api": {"listen": listen}}, environ={})
+    with pytest.raises(ConfigError) as from_server:
+        await start_api(make_app(), listen, token=None)
+    assert (from_server.value.key, from_server.value.message) == (
+        from_config.value.key,
+        from_config.value.message,
+    )
+
+
+async def test_every_interface_is_named_in_the_refusal() -> None:
+    with pytest.raises(ConfigError) as info:
+        await start_api(make_app(), ":8765", token=None)
+    assert info.value.message.startswith("':8765' (every interface) is not a loopback address")
 
 
 @pytest.mark.parametrize(
@@ -138,8 +178,23 @@ def test_parse_host_port() -> None:
         ("localhost.example.com", False),
     ],
 )
-def test_is_loopback(host: str, expected: bool) -> None:
-    assert is_loopback(host) is expected
+def test_is_loopback_host(host: str, expected: bool) -> None:
+    assert is_loopback_host(host) is expected
+
+
+def test_deprecated_helpers_still_answer() -> None:
+    with pytest.warns(DeprecationWarning, match="syncd.listen.parse_listen"):
+        assert parse_host_port("127.0.0.1:8765") == ("127.0.0.1", 8765)
+    with pytest.warns(DeprecationWarning):
+        assert parse_host_port("[::1]:0") == ("::1", 0)
+    with pytest.warns(DeprecationWarning):
+        assert parse_host_port(":80") == ("", 80)
+    with pytest.warns(DeprecationWarning), pytest.raises(ConfigError):
+        parse_host_port("unix:/run/syncd.sock")
+    with pytest.warns(DeprecationWarning, match="is_loopback_host"):
+        assert is_loopback("::1") is True
+    with pytest.warns(DeprecationWarning):
+        assert is_loopback("") is False
 
 
 # --- unix sockets ---------------------------------------------------------------------------

@@ -276,7 +276,8 @@ async def test_token_is_required_on_every_route_but_healthz(start_daemon: StartD
 
 
 async def test_unexpected_errors_are_500_without_details(harness: Harness) -> None:
-    app = build_app(harness.daemon)
+    d = harness.daemon
+    app = build_app(d.service, d, d.config.api)
 
     async def boom(request: web.Request) -> web.Response:
         raise RuntimeError("secret internals at /srv/db password=hunter2")
@@ -699,7 +700,7 @@ async def test_ids_no_store_can_hold_are_not_found(any_harness: Harness) -> None
 @pytest.mark.parametrize("value", ["\x00", "a\x00", "01a2\x00b"])
 async def test_cursors_no_store_can_compare_are_refused(any_harness: Harness, value: str) -> None:
     """A cursor is base64 text, and can be forged to carry a NUL."""
-    from syncd.daemon import encode_cursor
+    from syncd.service import encode_cursor
 
     api = any_harness.api
     c = await api.create()

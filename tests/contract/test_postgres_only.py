@@ -190,7 +190,7 @@ async def test_open_store_builds_a_postgres_store_from_its_url(postgres_dsn: str
 
 
 async def _prepared_statements(s: PostgresStore) -> int:
-    async with s._acquire() as conn:
+    async with s._db.acquire() as conn:
         count: int = await conn.fetchval("SELECT count(*) FROM pg_prepared_statements")
     return count
 
@@ -296,7 +296,7 @@ async def test_session_timeouts_are_set(postgres_dsn: str) -> None:
     )
     await s.open()
     try:
-        async with s._acquire() as conn:
+        async with s._db.acquire() as conn:
             settings = await _settings(conn)
             assert await conn.fetchval("SELECT current_setting('TimeZone')") == "UTC"
     finally:
@@ -317,7 +317,7 @@ async def test_timeouts_of_none_keep_the_server_values(
     )
     await s.open()
     try:
-        async with s._acquire() as conn:
+        async with s._db.acquire() as conn:
             settings = await _settings(conn)
     finally:
         await s.close()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -276,6 +277,21 @@ async def test_a_queue_is_usable_only_while_open(new_queue: QueueFactory) -> Non
         await queue.ping()
     assert await queue.pop(10, timeout=1) is None
     assert [m async for m in queue.messages()] == []
+
+
+def test_shared_primitives_live_in_base() -> None:
+    """The wake-up and fan-out primitives both backends use are in syncd.queue.base: the
+    Redis queue does not load the in-process one, whose module still re-exports them."""
+    from syncd.queue import base, memory, redis
+
+    for name in ("Broadcast", "QueueState", "Signal", "Subscription", "wait_event"):
+        assert getattr(memory, name) is getattr(base, name)
+        assert getattr(redis, name) is getattr(base, name)
+    probe = "import sys, syncd.queue.redis; print('syncd.queue.memory' in sys.modules)"
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=30
+    )
+    assert result.stdout.strip() == "False"
 
 
 # --- Redis only: several instances share one queue -------------------------------------

@@ -348,7 +348,7 @@ async def test_abort_and_delete_do_not_wait_for_an_unreachable_queue(
 
     async def purged() -> bool:
         # The rebuild retries once a second until the queue answers.
-        return c.id not in daemon._owed_purges and c.id not in await daemon.queue.depth()
+        return c.id not in daemon.maintenance.owed_purges and c.id not in await daemon.queue.depth()
 
     await poll_until(purged, "the owed purge")
     await daemon.update_connector(c.id, {"indexer": QUEUED})

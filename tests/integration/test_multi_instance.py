@@ -109,8 +109,8 @@ async def test_fifty_triggers_over_two_instances_start_one_run(
     assert running.sync_status is SyncStatus.RUNNING and running.run_id == started[0]
     owner = a if running.sync_owner == a.owner else b
     assert running.sync_owner in (a.owner, b.owner)
-    assert owner.engine.running == {c.id: started[0]}
-    assert (a if owner is b else b).engine.running == {}
+    assert owner.running_syncs == {c.id: started[0]}
+    assert (a if owner is b else b).running_syncs == {}
     source.release()
     await asyncio.gather(a.wait_run(c.id), b.wait_run(c.id))
     runs, _ = await a.list_runs(c.id)
@@ -134,7 +134,7 @@ async def test_schedule_due_on_both_instances_fires_once(
         return Transition(replace(x, next_run_at=past))
 
     await a.store.mutate_connector(c.id, due)
-    from_a, from_b = await asyncio.gather(a.scheduler.tick(), b.scheduler.tick())
+    from_a, from_b = await asyncio.gather(a.tick(), b.tick())
     assert len(from_a) + len(from_b) == 1, (from_a, from_b)
     await asyncio.gather(a.wait_run(c.id), b.wait_run(c.id))
     runs, _ = await b.list_runs(c.id)
@@ -144,7 +144,7 @@ async def test_schedule_due_on_both_instances_fires_once(
     after = await b.get_connector(c.id)
     assert after.next_run_at is not None and after.next_run_at > utcnow()
     # Both tick again: nothing is due any more.
-    again = await asyncio.gather(a.scheduler.tick(), b.scheduler.tick())
+    again = await asyncio.gather(a.tick(), b.tick())
     assert list(again) == [[], []]
     assert source.cursors == [None, "page-1", "page-2"]
 
@@ -155,7 +155,7 @@ async def _run_hung_on_b(b: Daemon, a: Daemon, source: SourceServer) -> tuple[st
     source.hang_on("page-1")
     run_id = await b.trigger_sync(c.id)
     await source.requested("page-1").wait()
-    assert b.engine.running == {c.id: run_id} and a.engine.running == {}
+    assert b.running_syncs == {c.id: run_id} and a.running_syncs == {}
     return c.id, run_id
 
 
@@ -185,7 +185,7 @@ async def test_abort_sent_to_a_stops_the_run_on_b(
     await asyncio.wait_for(b.wait_run(cid), 1.0)
     elapsed = time.perf_counter() - started
     assert elapsed < 1.0, f"the run on B stopped after {elapsed:.3f}s"
-    assert b.engine.running == {}
+    assert b.running_syncs == {}
     await _assert_aborted(a, cid, run_id, source, b.owner)
 
 
@@ -201,7 +201,7 @@ async def test_abort_without_broadcast_stops_the_run_on_b_by_its_poll(
     await asyncio.wait_for(b.wait_run(cid), 1.0)
     elapsed = time.perf_counter() - started
     assert elapsed < 1.0, f"the run on B stopped after {elapsed:.3f}s"
-    assert b.engine.running == {}
+    assert b.running_syncs == {}
     await _assert_aborted(a, cid, run_id, source, b.owner)
 
 

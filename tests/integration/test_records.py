@@ -113,7 +113,8 @@ async def source_url() -> AsyncIterator[str]:
 @pytest.fixture
 async def api(any_daemon: Daemon) -> AsyncIterator[aiohttp.ClientSession]:
     """An HTTP client of ``any_daemon``'s control API, served on 127.0.0.1, port 0."""
-    runner = web.AppRunner(build_app(any_daemon), handle_signals=False)
+    app = build_app(any_daemon.service, any_daemon, any_daemon.config.api)
+    runner = web.AppRunner(app, handle_signals=False)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()

@@ -131,7 +131,7 @@ async def test_a_cancelled_trigger_never_leaves_an_orphaned_run(
         stored = await daemon.get_connector(c.id)
         if stored.sync_status is SyncStatus.RUNNING:
             # Claimed: then it runs here, and an abort stops it.
-            assert daemon.engine.running == {c.id: stored.run_id}
+            assert daemon.running_syncs == {c.id: stored.run_id}
             await daemon.abort_sync(c.id)
             await daemon.wait_run(c.id)
         assert (await daemon.get_connector(c.id)).sync_status is SyncStatus.IDLE

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import replace
 from datetime import timedelta
 
@@ -17,6 +18,16 @@ from syncd.models import (
 )
 from tests.integration.conftest import http_source
 from tests.integration.sourceserver import SourceServer
+
+
+def set_stale_lock(daemon: Daemon, seconds: float) -> None:
+    """Apply ``scheduler.stale_lock_seconds`` as a reload would."""
+    cfg = daemon.config
+    daemon.apply_settings(
+        dataclasses.replace(
+            cfg, scheduler=dataclasses.replace(cfg.scheduler, stale_lock_seconds=seconds)
+        )
+    )
 
 
 async def make_due(daemon: Daemon, connector_id: str, **fields: object) -> None:
@@ -43,9 +54,9 @@ async def test_due_connector_runs_once_after_downtime(daemon: Daemon, source: So
         {"name": "items", "source": http_source(source), "sync_schedule": "*/5 * * * *"}
     )
     await make_due(daemon, c.id)
-    started = await daemon.scheduler.tick()
+    started = await daemon.tick()
     assert len(started) == 1
-    assert await daemon.scheduler.tick() == []  # missed ticks run once, not once each
+    assert await daemon.tick() == []  # missed ticks run once, not once each
     await daemon.wait_run(c.id)
     runs, _ = await daemon.list_runs(c.id)
     assert [(r.trigger, r.outcome) for r in runs] == [(RunTrigger.SCHEDULE, RunOutcome.SUCCEEDED)]
@@ -62,7 +73,7 @@ async def test_paused_and_unscheduled_connectors_are_skipped(
     await daemon.update_connector(paused.id, {"status": "paused"})
     await make_due(daemon, paused.id)
     await daemon.create_connector({"name": "manual", "source": http_source(source)})
-    assert await daemon.scheduler.tick() == []
+    assert await daemon.tick() == []
     assert source.cursors == []
 
 
@@ -71,7 +82,7 @@ async def test_error_connectors_are_scheduled(daemon: Daemon, source: SourceServ
         {"name": "items", "source": http_source(source), "sync_schedule": "* * * * *"}
     )
     await make_due(daemon, c.id, status=ConnectorStatus.ERROR, last_error="earlier failure")
-    assert len(await daemon.scheduler.tick()) == 1
+    assert len(await daemon.tick()) == 1
     await daemon.wait_run(c.id)
     after = await daemon.get_connector(c.id)
     assert after.status is ConnectorStatus.ACTIVE and after.last_error is None
@@ -93,12 +104,12 @@ async def test_young_run_is_skipped_and_stale_lock_is_taken_over(
         sync_started_at=utcnow() - timedelta(minutes=5),
         sync_owner="dead-instance",
     )
-    assert await daemon.scheduler.tick() == []  # younger than stale_lock_seconds: skipped
+    assert await daemon.tick() == []  # younger than stale_lock_seconds: skipped
     assert (await daemon.get_connector(c.id)).run_id == orphan
 
-    daemon.scheduler.stale_lock_seconds = 60
+    set_stale_lock(daemon, 60)
     await make_due(daemon, c.id)
-    started = await daemon.scheduler.tick()
+    started = await daemon.tick()
     assert len(started) == 1
     await daemon.wait_run(c.id)
     runs, _ = await daemon.list_runs(c.id)
@@ -116,9 +127,9 @@ async def test_stale_takeover_marks_the_old_run_interrupted(
     source.hang_on(None)
     old = await daemon.trigger_sync(c.id)
     await source.requested(None).wait()
-    daemon.scheduler.stale_lock_seconds = 0
+    set_stale_lock(daemon, 0)
     await make_due(daemon, c.id, sync_started_at=utcnow() - timedelta(seconds=5))
-    new = await daemon.scheduler.tick()
+    new = await daemon.tick()
     assert len(new) == 1 and new[0] != old
     source.release()
     await daemon.wait_run(c.id)

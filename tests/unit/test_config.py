@@ -24,6 +24,7 @@ from syncd.config import (
     parse_listen,
 )
 from syncd.errors import ConfigError
+from syncd.models import DEFAULT_PAGINATOR, PaginatorSettings
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -197,6 +198,8 @@ BAD_VALUES: list[tuple[str, str, Any, str]] = [
     ("api", "listen", "[::1]8765", "expected host:port, [ipv6]:port or unix:/path"),
     ("api", "listen", "[nothost]:8765", "'nothost' is not an IPv6 address"),
     ("api", "listen", "unix:", "the socket path is empty"),
+    ("api", "listen", "127.0.0.1:\u0668\u0660", "port must be an integer 0-65535"),
+    ("api", "listen", "exa mple:80", "'exa mple' is not a host name or address"),
     ("api", "listen", ["127.0.0.1:8765"], "got ['127.0.0.1:8765']"),
     ("api", "max_body_bytes", 0, "expected an integer ≥ 1, got 0"),
     ("scheduler", "tick_seconds", 0, "expected a number > 0, got 0"),
@@ -277,6 +280,10 @@ def test_pool_sizes_must_be_ordered() -> None:
 def test_rejected_url_does_not_echo_its_password() -> None:
     error = config_error({"store": {"url": "mysql://admin:hunter2@db/x"}})
     assert "hunter2" not in str(error)
+    assert "mysql://admin:***@db/x" in error.message
+    # A password holding "@" is masked whole (the log redaction's rule, syncd.logs).
+    error = config_error({"store": {"url": "mysql://admin:hun@ter2@db/x"}})
+    assert "ter2" not in str(error)
     assert "mysql://admin:***@db/x" in error.message
 
 
@@ -506,3 +513,41 @@ def test_non_loopback_listen_requires_a_token(listen: str) -> None:
     assert error.key == "SYNCD_API_LISTEN"
     config = Config.from_mapping({"api": {"listen": listen, "token": "t"}}, environ={})
     assert config.api.token == "t"
+
+
+def test_every_interface_needs_a_token() -> None:
+    # ":port" is every interface, as the API server binds it (aiohttp's host=None).
+    address = parse_listen(":8765")
+    assert address == TcpAddress("", 8765)
+    assert address.every_interface
+    assert not is_loopback(address)
+    for error in (
+        config_error({"api": {"listen": ":8765"}}),
+        config_error({}, {"SYNCD_API_LISTEN": ":8765"}),
+    ):
+        assert "':8765' (every interface) is not a loopback address" in error.message
+    config = Config.from_mapping({"api": {"listen": ":8765", "token": "t"}}, environ={})
+    assert config.api.address == TcpAddress("", 8765)
+
+
+def test_listen_names_are_re_exported_from_their_home() -> None:
+    from syncd import config, listen
+
+    for name in ("TcpAddress", "UnixAddress", "is_loopback", "parse_listen"):
+        assert getattr(config, name) is getattr(listen, name)
+
+
+# --- paginator defaults -----------------------------------------------------------------
+
+
+def test_sync_defaults_are_the_paginator_defaults() -> None:
+    assert (
+        SyncConfig().paginator
+        == DEFAULT_PAGINATOR
+        == PaginatorSettings(3, 2.0, 0.0, (502, 503, 504))
+    )
+    config = Config.from_mapping(
+        {"sync": {"page_retries": 0, "throttle_seconds": 1.5, "retry_on_status": [429]}},
+        environ={"SYNCD_SYNC_PAGE_RETRY_BACKOFF": "0.5"},
+    )
+    assert config.sync.paginator == PaginatorSettings(0, 0.5, 1.5, (429,))

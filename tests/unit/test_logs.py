@@ -359,6 +359,40 @@ def test_redaction_rules(text: str, expected: str) -> None:
     assert Redactor(use_registry=False).redact(text) == expected
 
 
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("postgresql://u:pw@h:5432/db", "postgresql://u:***@h:5432/db"),
+        ("redis://:pw@h:6379/0", "redis://:***@h:6379/0"),
+        ("postgresql://u:p@ss@h/db", "postgresql://u:***@h/db"),
+        ("see _https://u:pw@h/x", "see _https://u:***@h/x"),  # a scheme glued to a word
+        ("https://u@h/p", "https://u@h/p"),
+        ("two: a://u:x1@h b://v:y2@k", "two: a://u:***@h b://v:***@k"),
+    ],
+)
+def test_one_url_password_rule_everywhere(text: str, expected: str) -> None:
+    """The log redaction, the display of connector configs and config error messages mask
+    URL passwords with the same rule (syncd.logs.mask_url_passwords)."""
+    from syncd.config import _shown
+    from syncd.sources.secrets import redact_url
+
+    assert logs.mask_url_passwords(text) == expected
+    assert Redactor(use_registry=False).redact(text) == expected
+    assert redact_url(text) == expected
+    assert _shown(text) == repr(expected)
+
+
+@pytest.mark.parametrize("url", ["http://u:hunter2@[::1/x?a=1", "http://u:hunter2@h:99999/x#f"])
+def test_unparsable_urls_in_messages_do_not_show_their_password(url: str) -> None:
+    # yarl refuses these; the transport's fallback still masks the password.
+    from syncd.http.transport import describe_url, safe_url
+
+    for shown in (safe_url(url), describe_url(url)):
+        assert "hunter2" not in shown
+        assert shown.startswith("http://u:***@")
+        assert "?" not in shown and "#" not in shown
+
+
 def test_sensitive_keys_are_masked_whatever_their_value() -> None:
     redactor = Redactor(use_registry=False)
     event = {

@@ -8,6 +8,13 @@ import pytest
 
 from syncd.errors import ValidationError
 from syncd.models import ConnectorStatus
+from syncd.plugins import (
+    IndexerKind,
+    Registry,
+    SourceKind,
+    builtin_indexer_kinds,
+    builtin_source_kinds,
+)
 from syncd.spec import INT_MAX, INT_MIN, SyncDefaults, parse_create, parse_patch
 
 SOURCES = frozenset({"http", "plugin"})
@@ -28,15 +35,31 @@ PORT = "Port must be between 1 and 65535"
 BIG = 10**400  # a JSON integer literal of 401 digits: no float holds it
 
 
+def _unbuilt(config: Any, context: Any) -> Any:
+    raise AssertionError("validation never builds a plugin")
+
+
+def kinds(
+    source_types: frozenset[str] | set[str] | tuple[str, ...] = SOURCES,
+    indexer_types: frozenset[str] | set[str] | tuple[str, ...] = INDEXERS,
+) -> Registry:
+    """The built-in kinds of these names, and plain plugins (no validator) for the others."""
+    sources = {k.name: k for k in builtin_source_kinds()}
+    indexers = {k.name: k for k in builtin_indexer_kinds()}
+    return Registry(
+        [sources.get(n) or SourceKind(n, _unbuilt) for n in source_types],
+        [indexers.get(n) or IndexerKind(n, _unbuilt) for n in indexer_types],
+    )
+
+
 def create(body: Any, **kw: Any) -> dict[str, Any]:
     kw.setdefault("defaults", DEFAULTS)
-    kw.setdefault("source_types", SOURCES)
-    kw.setdefault("indexer_types", INDEXERS)
-    return parse_create(body, **kw)
+    registry = kinds(kw.pop("source_types", SOURCES), kw.pop("indexer_types", INDEXERS))
+    return parse_create(body, kinds=registry, **kw)
 
 
 def patch(body: Any) -> dict[str, Any]:
-    return parse_patch(body, source_types=SOURCES, indexer_types=INDEXERS)
+    return parse_patch(body, kinds=kinds())
 
 
 def create_errors(body: Any, **kw: Any) -> dict[str, str]:
@@ -585,3 +608,18 @@ def test_every_problem_is_reported_with_the_field_errors() -> None:
         "name": NUL,
         "source.params.n": f"Must be an integer between {INT_MIN} and {INT_MAX}",
     }
+
+
+def test_paginator_defaults_have_one_home() -> None:
+    # SyncDefaults is the older name of models.PaginatorSettings; a connector created without
+    # the four keys gets the same values as a Connector record built without them.
+    from datetime import UTC, datetime
+
+    from syncd.models import DEFAULT_PAGINATOR, Connector, PaginatorSettings
+
+    assert SyncDefaults is PaginatorSettings
+    out = create({"name": "n", "source": PLUGIN_SOURCE}, defaults=DEFAULT_PAGINATOR)
+    now = datetime.now(UTC)
+    record = Connector(id="c", name="n", source={}, indexer={}, created_at=now, updated_at=now)
+    for key in ("page_retries", "page_retry_backoff", "throttle_seconds", "retry_on_status"):
+        assert out[key] == getattr(record, key) == getattr(DEFAULT_PAGINATOR, key)

@@ -1,0 +1,256 @@
+"""Kinds of sources and indexers: one type object per kind, and the registry that holds them.
+
+A kind is everything syncd knows about a ``{"type": name, ...}`` config besides the code that
+runs it: the factory, the validation of its config, which of its values are secrets, and what
+it can do (capabilities). Built-in kinds, entry-point plugins (groups ``syncd.sources`` and
+``syncd.indexers``) and kinds registered on an embedding daemon all land here the same way.
+
+A plugin may register a :class:`SourceKind` / :class:`IndexerKind`, or a plain factory (a
+class or a function ``factory(config, context)``). A plain factory is wrapped once, at
+registration, with the capabilities its class declares (``indexed_on_commit``,
+``needs_payload``, ``supports_delete``) and no config validation: any object is accepted and
+the factory checks its config when it is built.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
+from importlib.metadata import entry_points
+from typing import Any
+
+import structlog
+
+from syncd.errors import ConfigError
+from syncd.indexers.base import Indexer, IndexerContext, IndexerFactory
+from syncd.models import Connector
+from syncd.sources.base import SourceFactory
+from syncd.sources.secrets import connector_secrets
+
+log = structlog.get_logger("syncd.plugins")
+
+ConfigValidator = Callable[[Mapping[str, Any]], Mapping[str, str]]
+"""Checks a kind's config; returns ``{"source.url": "message", ...}`` (empty when valid),
+keys being paths from the connector body's root."""
+
+SecretsOf = Callable[[Mapping[str, Any]], Iterable[str]]
+"""The secret values of a kind's config (literal or resolved), for the log redaction."""
+
+DEFAULT_SOURCE_KIND = "http"
+DEFAULT_INDEXER_KIND = "store"
+
+
+def source_secrets(config: Mapping[str, Any]) -> set[str]:
+    """Secrets of a source config: header values, ``${env:}``/``${file:}`` references, URL
+    passwords, auth values and values under secret-like keys."""
+    return connector_secrets(config, None)
+
+
+def indexer_secrets(config: Mapping[str, Any]) -> set[str]:
+    """Secrets of an indexer config, found by the same rules as :func:`source_secrets`."""
+    return connector_secrets({}, config)
+
+
+@dataclass(frozen=True)
+class SourceKind:
+    """A kind of source.
+
+    ``stateful``: its instances have a ``checkpoint()`` saved with each committed page
+    (:class:`syncd.sources.base.StatefulSource`).
+    """
+
+    name: str
+    factory: SourceFactory
+    validate: ConfigValidator | None = None
+    secrets: SecretsOf = source_secrets
+    stateful: bool = False
+
+
+@dataclass(frozen=True)
+class IndexerKind:
+    """A kind of indexer.
+
+    ``indexed_on_commit``: its whole work is the store keeping the document, so a crawl marks
+    documents indexed in the page's own transaction and they skip the queue.
+    ``needs_payload``: workers load documents' payloads for it.
+    ``supports_delete``: its instances have ``async delete(document)``.
+    """
+
+    name: str
+    factory: IndexerFactory
+    validate: ConfigValidator | None = None
+    secrets: SecretsOf = indexer_secrets
+    indexed_on_commit: bool = False
+    needs_payload: bool = True
+    supports_delete: bool = False
+
+
+def as_source_kind(name: str, plugin: SourceKind | SourceFactory) -> SourceKind:
+    """``plugin`` as a kind named ``name`` (a plain factory is wrapped)."""
+    if isinstance(plugin, SourceKind):
+        return plugin if plugin.name == name else _renamed(plugin, name)
+    return SourceKind(name, plugin, stateful=callable(getattr(plugin, "checkpoint", None)))
+
+
+def as_indexer_kind(name: str, plugin: IndexerKind | IndexerFactory) -> IndexerKind:
+    """``plugin`` as a kind named ``name`` (a plain factory is wrapped, its capabilities read
+    from the attributes its class declares)."""
+    if isinstance(plugin, IndexerKind):
+        return plugin if plugin.name == name else _renamed(plugin, name)
+    return IndexerKind(
+        name,
+        plugin,
+        indexed_on_commit=bool(getattr(plugin, "indexed_on_commit", False)),
+        needs_payload=bool(getattr(plugin, "needs_payload", True)),
+        supports_delete=callable(getattr(plugin, "delete", None)),
+    )
+
+
+def _renamed(kind: Any, name: str) -> Any:
+    return replace(kind, name=name)
+
+
+def builtin_source_kinds() -> list[SourceKind]:
+    """The built-in source kinds."""
+    # Imported here: the http source pulls in the transport (aiohttp), which a caller that
+    # only validates bodies does not otherwise need.
+    from syncd.sources.http import HttpSource, validate_http_config
+
+    return [SourceKind("http", HttpSource, validate=validate_http_config, stateful=True)]
+
+
+def builtin_indexer_kinds() -> list[IndexerKind]:
+    """The built-in indexer kinds."""
+    from syncd.indexers.store import StoreIndexer, validate_store_config
+    from syncd.indexers.webhook import WebhookIndexer, validate_webhook_config
+
+    return [
+        IndexerKind(
+            "store",
+            StoreIndexer,
+            validate=validate_store_config,
+            indexed_on_commit=True,
+            needs_payload=False,
+        ),
+        IndexerKind("webhook", WebhookIndexer, validate=validate_webhook_config),
+    ]
+
+
+class Registry:
+    """The source and indexer kinds one daemon knows."""
+
+    def __init__(
+        self,
+        sources: Iterable[SourceKind] = (),
+        indexers: Iterable[IndexerKind] = (),
+    ) -> None:
+        self._sources: dict[str, SourceKind] = {k.name: k for k in sources}
+        self._indexers: dict[str, IndexerKind] = {k.name: k for k in indexers}
+
+    @classmethod
+    def builtin(cls) -> Registry:
+        """A registry of the built-in kinds: the ``http`` source, the ``store`` and
+        ``webhook`` indexers."""
+        return cls(builtin_source_kinds(), builtin_indexer_kinds())
+
+    def register_source(self, name: str, plugin: SourceKind | SourceFactory) -> None:
+        """Add (or replace) the source kind ``name``."""
+        self._sources[name] = as_source_kind(name, plugin)
+
+    def register_indexer(self, name: str, plugin: IndexerKind | IndexerFactory) -> None:
+        """Add (or replace) the indexer kind ``name``."""
+        self._indexers[name] = as_indexer_kind(name, plugin)
+
+    def load_entry_points(self) -> None:
+        """Add the kinds installed under the ``syncd.sources`` / ``syncd.indexers``
+        entry-point groups, except names already known (registered or built in win). A
+        plugin that fails to load is logged and left out: it must not stop the daemon."""
+        groups: tuple[tuple[str, Callable[[str, Any], None], dict[str, Any]], ...] = (
+            ("syncd.sources", self.register_source, self._sources),
+            ("syncd.indexers", self.register_indexer, self._indexers),
+        )
+        for group, register, known in groups:
+            for ep in entry_points(group=group):
+                if ep.name in known:
+                    continue
+                try:
+                    register(ep.name, ep.load())
+                except Exception as exc:
+                    log.error("plugin failed to load", group=group, name=ep.name, error=str(exc))
+
+    @property
+    def source_names(self) -> frozenset[str]:
+        """Names of the known source kinds."""
+        return frozenset(self._sources)
+
+    @property
+    def indexer_names(self) -> frozenset[str]:
+        """Names of the known indexer kinds."""
+        return frozenset(self._indexers)
+
+    def find_source(self, name: str) -> SourceKind | None:
+        """The source kind ``name``, or ``None``."""
+        return self._sources.get(name)
+
+    def find_indexer(self, name: str) -> IndexerKind | None:
+        """The indexer kind ``name``, or ``None``."""
+        return self._indexers.get(name)
+
+    def source(self, config: Mapping[str, Any]) -> SourceKind:
+        """The kind of a source config (``ConfigError`` naming ``source.type`` if unknown)."""
+        name = str(config.get("type", DEFAULT_SOURCE_KIND))
+        kind = self._sources.get(name)
+        if kind is None:
+            raise ConfigError("source.type", f"unknown source type {name!r}")
+        return kind
+
+    def indexer(self, config: Mapping[str, Any]) -> IndexerKind:
+        """The kind of an indexer config (``ConfigError`` naming ``indexer.type`` if
+        unknown)."""
+        name = str(config.get("type", DEFAULT_INDEXER_KIND))
+        kind = self._indexers.get(name)
+        if kind is None:
+            raise ConfigError("indexer.type", f"unknown indexer type {name!r}")
+        return kind
+
+    def secrets(self, source: Mapping[str, Any], indexer: Mapping[str, Any]) -> set[str]:
+        """Every secret value of a connector's source and indexer configs (the generic
+        rules for kinds this registry does not know)."""
+        found: set[str] = set()
+        s_kind = self._sources.get(str(source.get("type", DEFAULT_SOURCE_KIND)))
+        i_kind = self._indexers.get(str(indexer.get("type", DEFAULT_INDEXER_KIND)))
+        found.update((s_kind.secrets if s_kind else source_secrets)(source))
+        found.update((i_kind.secrets if i_kind else indexer_secrets)(indexer))
+        return found
+
+
+class Indexers:
+    """The indexers of this instance's connectors, built once per connector config."""
+
+    def __init__(
+        self,
+        registry: Registry,
+        context: Callable[[str], IndexerContext],
+        register_secrets: Callable[[Mapping[str, Any], Mapping[str, Any]], None],
+    ) -> None:
+        self._registry = registry
+        self._context = context
+        self._register_secrets = register_secrets
+        self._cache: dict[str, tuple[Any, Indexer, IndexerKind]] = {}
+
+    def __call__(self, connector: Connector) -> tuple[Indexer, IndexerKind]:
+        """The connector's indexer and its kind (``ConfigError`` for an unknown kind; what
+        the factory raises when it cannot build one)."""
+        key = (connector.updated_at, dict(connector.indexer))
+        cached = self._cache.get(connector.id)
+        if cached is not None and cached[0] == key:
+            return cached[1], cached[2]
+        kind = self._registry.indexer(connector.indexer)
+        self._register_secrets({}, connector.indexer)
+        indexer = kind.factory(connector.indexer, self._context(connector.id))
+        self._cache[connector.id] = (key, indexer, kind)
+        return indexer, kind
+
+    def forget(self, connector_id: str) -> None:
+        """Drop the connector's indexer (its config changed, or it was deleted)."""
+        self._cache.pop(connector_id, None)
