@@ -26,6 +26,14 @@ class Reply:
     media_type: str = "application/json"
 
 
+TAGS: tuple[dict[str, str], ...] = (
+    {"name": "connectors", "description": "Connectors: configuration, state, syncs."},
+    {"name": "runs", "description": "The history of a connector's sync runs."},
+    {"name": "documents", "description": "A connector's documents and their indexing."},
+    {"name": "system", "description": "Health, readiness, metrics and this document."},
+)
+
+
 @dataclass(frozen=True)
 class Route:
     """One route: what the application registers and what the OpenAPI document says."""
@@ -38,6 +46,12 @@ class Route:
     request: str | None = None  # component schema of the JSON body
     query: tuple[str, ...] = ()  # names of PARAMETERS components
     auth: bool = True  # needs the bearer token when one is configured
+    tag: str = "connectors"
+    backend: bool = True  # reads or writes the store or the queue: may answer 503
+    # JSON pointer into the success body to the connector id it names: the document then
+    # links this response to every operation that takes that id (a client, or a stateful
+    # fuzzer, can chain create → read → sync → abort).
+    links_id: str | None = None
 
     @property
     def operation_id(self) -> str:
@@ -96,7 +110,18 @@ def _object(properties: Mapping[str, Any], **extra: Any) -> dict[str, Any]:
 
 
 SCHEMAS: dict[str, Any] = {
-    "Error": _object({"detail": {"type": "string"}}, additionalProperties=True),
+    "Error": _object({"detail": {"type": "string"}}),
+    "Conflict": {
+        "type": "object",
+        "required": ["detail"],
+        "properties": {
+            "detail": {"type": "string"},
+            "run_id": {
+                "type": "string",
+                "description": "The running run, with `Sync already in progress`.",
+            },
+        },
+    },
     "ValidationError": _object(
         {
             "detail": {
@@ -219,7 +244,15 @@ SCHEMAS: dict[str, Any] = {
     "Deleting": _object({"connector_id": {"type": "string"}, "status": {"const": "deleting"}}),
     "Requeued": _object({"requeued": _COUNT}),
     "Health": _object({"status": {"const": "ok"}}),
-    "Readiness": _object({"store": {"type": "string"}, "queue": {"type": "string"}}),
+    "Readiness": {
+        "type": "object",
+        "required": ["store", "queue"],
+        "properties": {
+            "store": {"type": "string", "description": '"ok" or what failed'},
+            "queue": {"type": "string", "description": '"ok" or what failed'},
+            "tasks": {"type": "string", "description": "Side tasks that died and restart"},
+        },
+    },
     "OpenAPI": {"type": "object"},
 }
 
@@ -252,7 +285,10 @@ PARAMETERS: dict[str, Any] = {
 }
 
 UNAUTHORIZED = Reply("Missing or wrong bearer token")
-INVALID = Reply("Invalid request", "ValidationError")
+INVALID = Reply("Invalid request: one entry per bad field", "ValidationError")
+TOO_LARGE = Reply("Request body too large")
+UNAVAILABLE = Reply("Store unavailable / Queue unavailable: retry later")
+NOT_FOUND = Reply("Connector not found")
 
 
 def build_openapi(
@@ -261,10 +297,13 @@ def build_openapi(
     """The OpenAPI 3.1 document describing ``routes``."""
     paths: dict[str, dict[str, Any]] = {}
     for route in routes:
-        paths.setdefault(openapi_path(route.path), {})[route.method.lower()] = _operation(route)
+        paths.setdefault(openapi_path(route.path), {})[route.method.lower()] = _operation(
+            route, routes
+        )
     return {
         "openapi": "3.1.0",
         "info": {"title": title, "version": version},
+        "tags": list(TAGS),
         "paths": paths,
         "components": {
             "schemas": SCHEMAS,
@@ -274,8 +313,12 @@ def build_openapi(
     }
 
 
-def _operation(route: Route) -> dict[str, Any]:
-    op: dict[str, Any] = {"operationId": route.operation_id, "summary": route.summary}
+def _operation(route: Route, routes: Sequence[Route]) -> dict[str, Any]:
+    op: dict[str, Any] = {
+        "operationId": route.operation_id,
+        "summary": route.summary,
+        "tags": [route.tag],
+    }
     params: list[dict[str, Any]] = [
         {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
         for name in _path_params(route.path)
@@ -289,14 +332,36 @@ def _operation(route: Route) -> dict[str, Any]:
             "content": {"application/json": {"schema": _ref(route.request)}},
         }
     responses = dict(route.responses)
-    if route.request is not None or route.query:
+    if route.request is not None:
+        responses.setdefault(413, TOO_LARGE)
+    if route.request is not None or route.query or "{id}" in route.path:
+        # A path id no store can hold (a NUL) is a 404; a forged cursor, a 422.
         responses.setdefault(422, INVALID)
+    if "{id}" in route.path:
+        responses.setdefault(404, NOT_FOUND)
+    if route.backend:
+        responses.setdefault(503, UNAVAILABLE)
     if route.auth:
         responses.setdefault(401, UNAUTHORIZED)
     else:
         op["security"] = []
     op["responses"] = {str(status): _response(reply) for status, reply in sorted(responses.items())}
+    if route.links_id is not None:
+        success = min(s for s in responses if s < 300)
+        op["responses"][str(success)]["links"] = _links(route.links_id, routes)
     return op
+
+
+def _links(pointer: str, routes: Sequence[Route]) -> dict[str, Any]:
+    """Links from a response naming a connector id to every operation taking only it."""
+    return {
+        r.operation_id: {
+            "operationId": r.operation_id,
+            "parameters": {"id": f"$response.body#{pointer}"},
+        }
+        for r in routes
+        if _path_params(r.path) == ["id"]
+    }
 
 
 def _response(reply: Reply) -> dict[str, Any]:

@@ -285,6 +285,7 @@ ROUTES: tuple[Route, ...] = (
         "Create a connector",
         {201: Reply("Created", "Connector"), 409: Reply("Connector name already exists")},
         request="ConnectorCreate",
+        links_id="/id",
     ),
     Route(
         "GET",
@@ -300,6 +301,7 @@ ROUTES: tuple[Route, ...] = (
         get_connector,
         "Get a connector with its progress and document counts",
         {200: _CONNECTOR, 404: _NOT_FOUND},
+        links_id="/id",
     ),
     Route(
         "PATCH",
@@ -309,9 +311,10 @@ ROUTES: tuple[Route, ...] = (
         {
             200: _CONNECTOR,
             404: _NOT_FOUND,
-            409: Reply("Connector is being deleted / Connector name already exists"),
+            409: Reply("Connector is being deleted / Connector name already exists", "Conflict"),
         },
         request="ConnectorPatch",
+        links_id="/id",
     ),
     Route(
         "DELETE",
@@ -321,7 +324,7 @@ ROUTES: tuple[Route, ...] = (
         {
             202: Reply("Deletion started", "Deleting"),
             404: _NOT_FOUND,
-            409: Reply("Cannot delete connector while sync is running"),
+            409: Reply("Cannot delete connector while sync is running", "Conflict"),
         },
     ),
     Route(
@@ -334,9 +337,11 @@ ROUTES: tuple[Route, ...] = (
             404: _NOT_FOUND,
             409: Reply(
                 "Connector is being deleted / Connector is paused / "
-                "Sync already in progress (with the running run_id)"
+                "Sync already in progress (with the running run_id)",
+                "Conflict",
             ),
         },
+        links_id="/connector_id",
     ),
     Route(
         "POST",
@@ -346,7 +351,7 @@ ROUTES: tuple[Route, ...] = (
         {
             202: Reply("Abort requested", "AbortRequested"),
             404: _NOT_FOUND,
-            409: Reply("No sync in progress"),
+            409: Reply("No sync in progress", "Conflict"),
         },
     ),
     Route(
@@ -356,6 +361,7 @@ ROUTES: tuple[Route, ...] = (
         "List a connector's runs, newest first",
         {200: Reply("A page of runs", "RunList"), 404: _NOT_FOUND},
         query=("limit", "cursor"),
+        tag="runs",
     ),
     Route(
         "GET",
@@ -364,6 +370,7 @@ ROUTES: tuple[Route, ...] = (
         "List a connector's documents",
         {200: Reply("A page of documents", "DocumentList"), 404: _NOT_FOUND},
         query=("document_status", "limit", "cursor"),
+        tag="documents",
     ),
     Route(
         "GET",
@@ -374,6 +381,7 @@ ROUTES: tuple[Route, ...] = (
             200: Reply("The document", "DocumentWithPayload"),
             404: Reply("Connector not found / Document not found"),
         },
+        tag="documents",
     ),
     Route(
         "POST",
@@ -381,6 +389,7 @@ ROUTES: tuple[Route, ...] = (
         retry_failed,
         "Re-queue the connector's failed documents",
         {202: Reply("Documents re-queued", "Requeued"), 404: _NOT_FOUND},
+        tag="documents",
     ),
     Route(
         "GET",
@@ -389,6 +398,8 @@ ROUTES: tuple[Route, ...] = (
         "Liveness: the process answers",
         {200: Reply("Alive", "Health")},
         auth=False,
+        tag="system",
+        backend=False,
     ),
     Route(
         "GET",
@@ -396,6 +407,7 @@ ROUTES: tuple[Route, ...] = (
         readyz,
         "Readiness: the store and the queue answer",
         {200: Reply("Ready", "Readiness"), 503: Reply("Not ready", "Readiness")},
+        tag="system",
     ),
     Route(
         "GET",
@@ -403,6 +415,8 @@ ROUTES: tuple[Route, ...] = (
         metrics,
         "Prometheus metrics",
         {200: Reply("Prometheus text exposition", None, "text/plain")},
+        tag="system",
+        backend=False,
     ),
     Route(
         "GET",
@@ -410,5 +424,7 @@ ROUTES: tuple[Route, ...] = (
         openapi,
         "This document",
         {200: Reply("OpenAPI 3.1 document", "OpenAPI")},
+        tag="system",
+        backend=False,
     ),
 )
