@@ -16,6 +16,8 @@ from syncd.errors import Conflict, Fenced
 from syncd.models import (
     Connector,
     ConnectorStatus,
+    DocStatus,
+    DocumentInput,
     RunOutcome,
     RunTrigger,
     SyncStatus,
@@ -414,3 +416,33 @@ def test_patching_the_source_discards_the_resume_cursor_and_the_crawl_mark() -> 
     assert same.connector.resume_cursor == "p3"
     assert same.connector.source_state == c.source_state
     assert rules.reset_reason(same.connector) is None
+
+
+# --- the enqueue rule: which crawled documents are written and enqueued --------------------
+
+
+def _doc(external_id: str, content_hash: str) -> DocumentInput:
+    return DocumentInput(external_id, {"id": external_id}, content_hash)
+
+
+def test_new_changed_and_aborted_documents_are_written_others_are_left() -> None:
+    def existing(h: str, status: DocStatus, error: str | None = None) -> rules.ExistingDocument:
+        return rules.ExistingDocument(h, status, error)
+
+    assert rules.must_write(None, "h1")
+    assert rules.must_write(existing("h0", DocStatus.INDEXED), "h1")
+    assert rules.must_write(existing("h1", DocStatus.FAILED, "Aborted"), "h1")
+    for unchanged in (
+        existing("h1", DocStatus.INDEXED),
+        existing("h1", DocStatus.PENDING),
+        existing("h1", DocStatus.RUNNING),
+        existing("h1", DocStatus.FAILED, "HTTP 500"),
+    ):
+        assert not rules.must_write(unchanged, "h1")
+
+
+def test_a_page_plan_keeps_page_order_and_the_last_duplicate() -> None:
+    page = [_doc("a", "1"), _doc("b", "2"), _doc("a", "3"), _doc("c", "4")]
+    stored = {"b": rules.ExistingDocument("2", DocStatus.INDEXED, None)}
+    planned = rules.plan_page(page, stored)
+    assert [(d.external_id, d.content_hash) for d in planned] == [("a", "3"), ("c", "4")]
