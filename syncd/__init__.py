@@ -49,7 +49,7 @@ __all__ = [
     "ValidationError",
 ]
 
-__version__ = "0.1.0"
+__version__ = "0.1.0"  # the only place it is written: pyproject.toml reads it from here
 
 
 def __getattr__(name: str) -> Any:

@@ -1,7 +1,18 @@
 """The ``syncd`` command: run the daemon, or drive a running one over its control API.
 
-Exit codes: 0 success; 1 the API refused the request (or a followed sync did not succeed);
-2 bad usage or configuration; 3 the daemon could not be reached; 130 interrupted.
+Exit codes: 0 success; 1 the API refused the request (or a followed sync did not succeed, or
+a preview's source failed); 2 bad usage or configuration, or an invalid connector file
+(``validate``, ``edit``); 3 the daemon could not be reached; 130 interrupted (Ctrl-C).
+With ``--json`` an error is also written to stdout as ``{"error": {...}}`` (same exit code).
+
+The configuration (where the daemon listens, its token) is found the same way by ``run`` and
+every client command: ``--config``, else ``$SYNCD_CONFIG``, else ``./config.toml`` when it
+exists, else the built-in defaults.
+
+Connector files (``create``, ``update``, ``validate``, ``preview``) are YAML or JSON: by the
+extension (``.yaml``/``.yml``/``.json``), else (``-`` for stdin, any other name) by content:
+JSON when it starts with ``{``, YAML otherwise. YAML is read with ``yaml.safe_load``; it must
+hold only what JSON can (string keys, no dates: quote them, finite numbers).
 """
 
 from __future__ import annotations
@@ -14,14 +25,26 @@ import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from itertools import cycle
 from pathlib import Path
 from typing import Any, TextIO
 
+from syncd import cliedit
 from syncd.client import ApiError, Client, DaemonUnreachable, url_from_listen
+from syncd.clifollow import follow, outcome_line
+from syncd.cliformat import (
+    describe_connector,
+    describe_document,
+    describe_preview,
+    describe_status,
+    next_run,
+    render_table,
+    short,
+    ts,
+)
+from syncd.cliparser import PREVIEW_TIMEOUT, build_parser
 from syncd.config import Config
+from syncd.connfiles import ConnectorFileError, load_connector_file
 from syncd.errors import ConfigError
-from syncd.models import ConnectorStatus, DocStatus
 
 __all__ = ["EXIT_API", "EXIT_OK", "EXIT_UNREACHABLE", "EXIT_USAGE", "build_parser", "main"]
 
@@ -31,11 +54,8 @@ EXIT_USAGE = 2
 EXIT_UNREACHABLE = 3
 EXIT_INTERRUPTED = 130
 
-FOLLOW_INTERVAL = 0.2  # seconds between progress polls of `sync --follow`
-OUTCOME_WAIT = 10.0  # seconds `--follow` waits for the run row to record its outcome
 
-
-_ID_HELP = "connector id or name"
+DEFAULT_CONFIG = "config.toml"  # looked for in the working directory, by every command
 
 
 class UsageError(Exception):
@@ -51,102 +71,6 @@ class Streams:
     stderr: TextIO
 
 
-# --- parser ---------------------------------------------------------------------------
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """The ``syncd`` argument parser."""
-    from syncd import __version__
-
-    parser = argparse.ArgumentParser(
-        prog="syncd",
-        description="Keep cursor-paginated sources in sync with an indexer.",
-        epilog="Exit codes: 0 ok, 1 request refused or sync not successful, "
-        "2 usage or configuration error, 3 daemon unreachable.",
-    )
-    parser.add_argument("--version", action="version", version=f"syncd {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-
-    config_opt = argparse.ArgumentParser(add_help=False)
-    config_opt.add_argument(
-        "--config",
-        metavar="PATH",
-        help="configuration file (default: $SYNCD_CONFIG, else built-in defaults)",
-    )
-    client = argparse.ArgumentParser(add_help=False, parents=[config_opt])
-    group = client.add_argument_group("connection")
-    group.add_argument(
-        "--url",
-        help="daemon URL: http://host:port or unix:/path "
-        "(default: $SYNCD_URL, else the configuration's api.listen)",
-    )
-    group.add_argument(
-        "--token", help="API bearer token (default: $SYNCD_API_TOKEN, else the configuration's)"
-    )
-    client.add_argument("--json", action="store_true", help="print the API's JSON answer")
-    paged = argparse.ArgumentParser(add_help=False)
-    paged.add_argument("--limit", type=_positive_int, help="at most this many items")
-    paged.add_argument("--cursor", help="continue from a previous page's next cursor")
-
-    def command(
-        name: str, help_: str, *parents: argparse.ArgumentParser
-    ) -> argparse.ArgumentParser:
-        return sub.add_parser(name, help=help_, description=help_, parents=list(parents))
-
-    command("run", "run the daemon until SIGTERM/SIGINT", config_opt)
-    p = command("list", "list connectors", client, paged)
-    p.add_argument("--status", choices=[s.value for s in ConnectorStatus])
-    command("show", "show one connector", client).add_argument(
-        "connector", metavar="ID", help=_ID_HELP
-    )
-    p = command("create", "create a connector from a JSON file", client)
-    p.add_argument("file", metavar="FILE.json", help="connector definition ('-' for stdin)")
-    p = command("sync", "start a sync run", client)
-    p.add_argument("connector", metavar="ID", help=_ID_HELP)
-    p.add_argument("--follow", "-f", action="store_true", help="show progress until it ends")
-    p.add_argument(
-        "--interval",
-        type=_positive_float,
-        default=FOLLOW_INTERVAL,
-        metavar="SECONDS",
-        help=f"with --follow: seconds between progress polls (default {FOLLOW_INTERVAL})",
-    )
-    for name, help_ in (
-        ("abort", "abort the running sync"),
-        ("pause", "pause a connector (no scheduled or manual syncs)"),
-        ("resume", "resume a paused connector"),
-        ("delete", "delete a connector, its documents and its runs"),
-        ("retry-failed", "re-queue a connector's failed documents"),
-    ):
-        command(name, help_, client).add_argument("connector", metavar="ID", help=_ID_HELP)
-    p = command("runs", "list a connector's sync runs, newest first", client, paged)
-    p.add_argument("connector", metavar="ID", help=_ID_HELP)
-    p = command("documents", "list a connector's documents", client, paged)
-    p.add_argument("connector", metavar="ID", help=_ID_HELP)
-    p.add_argument("--status", choices=[s.value for s in DocStatus])
-    return parser
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
-    return value
-
-
 # --- entry points ---------------------------------------------------------------------
 
 
@@ -156,14 +80,61 @@ def main(argv: Sequence[str] | None = None) -> int:
     streams = Streams(sys.stdin, sys.stdout, sys.stderr)
     if args.command == "run":
         return _run_daemon(args, streams.stderr, os.environ)
+    if args.command == "validate":
+        return validate(args, streams, os.environ)
+    if args.command == "schema":
+        return print_schema(streams)
+    if args.command == "init":
+        return init(args, streams, os.environ)
+    if args.command == "completion":
+        return completion(args, streams)
     try:
         return asyncio.run(execute(args, streams=streams, environ=os.environ))
     except KeyboardInterrupt:
-        streams.stderr.write("interrupted\n")
+        # `sync --follow` has said that its run goes on: "interrupted" (a run outcome's
+        # name) would say the opposite.
+        if not (args.command == "sync" and args.follow):
+            streams.stderr.write("interrupted\n")
         return EXIT_INTERRUPTED
 
 
+def config_path(args: argparse.Namespace, environ: Mapping[str, str]) -> str | None:
+    """The ``--config`` every command passes to ``Config.load``: the option, else (unless
+    ``$SYNCD_CONFIG`` names a file, which ``Config.load`` reads itself) ``./config.toml``
+    when it exists — what ``syncd init`` writes — else none (built-in defaults)."""
+    path: str | None = getattr(args, "config", None) or None
+    if path is None and not environ.get("SYNCD_CONFIG") and os.path.isfile(DEFAULT_CONFIG):
+        path = DEFAULT_CONFIG
+    return path
+
+
+def completion(args: argparse.Namespace, io: Streams) -> int:
+    """``syncd completion bash|zsh``: the completion script, generated from the parser."""
+    import shtab
+
+    script = shtab.complete(build_parser(), shell=args.shell)
+    io.stdout.write(script if script.endswith("\n") else script + "\n")
+    return EXIT_OK
+
+
+def init(args: argparse.Namespace, io: Streams, environ: Mapping[str, str]) -> int:
+    """``syncd init``: write the shipped example configuration (and units) to start from;
+    refuses (exit 2) to overwrite anything without ``--force``."""
+    from syncd import data
+
+    config = Path(args.config or environ.get("SYNCD_CONFIG") or data.CONFIG)
+    systemd_dir = None if args.systemd is None else Path(args.systemd)
+    try:
+        written = data.write_examples(data.plan(config, systemd_dir), force=args.force)
+    except OSError as exc:
+        io.stderr.write(f"error: {exc}\n")
+        return EXIT_USAGE
+    io.stdout.write("".join(f"wrote {path}\n" for path in written))
+    return EXIT_OK
+
+
 def _run_daemon(args: argparse.Namespace, stderr: TextIO, environ: Mapping[str, str]) -> int:
+    args.config = config_path(args, environ)
     try:
         config = Config.load(args.config, environ=environ)
     except ConfigError as exc:
@@ -194,26 +165,67 @@ async def execute(
     environ: Mapping[str, str] = os.environ,
 ) -> int:
     """Run a client command (everything but ``run``) against the daemon; the exit code."""
-    err = streams.stderr
+    failed = _Failure(streams, json_mode=bool(getattr(args, "json", False)))
+    args.config = config_path(args, environ)
     try:
         url, token = _connection(args, environ)
-        handler = _COMMANDS[args.command]
         async with Client(url, token=token) as api:
-            return await handler(api, args, streams)
+            if args.command == "edit":
+                return await _edit(api, args, streams, environ)
+            return await _COMMANDS[args.command](api, args, streams)
     except ConfigError as exc:
-        err.write(f"error: {_config_message(exc, args.config, environ)}\n")
-        return EXIT_USAGE
-    except UsageError as exc:
-        err.write(f"error: {exc}\n")
-        return EXIT_USAGE
+        return failed("config", EXIT_USAGE, _config_message(exc, args.config, environ))
+    except (UsageError, ConnectorFileError) as exc:
+        return failed("usage", EXIT_USAGE, str(exc))
+    except cliedit.EditError as exc:
+        code = failed("invalid", EXIT_USAGE, str(exc))
+        if exc.kept is not None:
+            cliedit.kept_hint(exc.kept, streams.stderr)
+        return code
     except ApiError as exc:
-        err.write(f"error: {exc}\n")
-        if exc.status == 401:
-            err.write("hint: pass --token or set SYNCD_API_TOKEN\n")
-        return EXIT_API
+        hint = "pass --token or set SYNCD_API_TOKEN" if exc.status == 401 else None
+        return failed("api", EXIT_API, str(exc), hint=hint, api=exc)
     except DaemonUnreachable as exc:
-        err.write(f"error: {exc}\nhint: is the daemon running? (syncd run)\n")
-        return EXIT_UNREACHABLE
+        hint = "is the daemon running? (syncd run)"
+        return failed("unreachable", EXIT_UNREACHABLE, str(exc), hint=hint)
+
+
+@dataclass(frozen=True)
+class _Failure:
+    """How a client command reports an error: ``error:`` lines on stderr (a validation
+    error's fields one per line), and with ``--json`` also one JSON object on stdout:
+    ``{"error": {"kind", "message", "exit_code"[, "status", "detail", "problems", "body"]}}``
+    (an API error's ``status``, ``detail`` and the API's own JSON ``body``)."""
+
+    io: Streams
+    json_mode: bool
+
+    def __call__(
+        self,
+        kind: str,
+        code: int,
+        message: str,
+        *,
+        hint: str | None = None,
+        api: ApiError | None = None,
+    ) -> int:
+        err = self.io.stderr
+        if api is not None and api.problems:  # a validation error: one line per field
+            err.write("".join(f"error: {api.status} {line}\n" for line in api.problems))
+        else:
+            err.write("".join(f"error: {line}\n" for line in message.splitlines()))
+        if hint is not None:
+            err.write(f"hint: {hint}\n")
+        if self.json_mode:
+            error: dict[str, Any] = {"kind": kind, "message": message, "exit_code": code}
+            if api is not None:
+                error.update(status=api.status, detail=api.detail)
+                if api.problems:
+                    error["problems"] = list(api.problems)
+                if api.body is not None:
+                    error["body"] = api.body
+            _print_json(self.io, {"error": error})
+        return code
 
 
 def _connection(args: argparse.Namespace, environ: Mapping[str, str]) -> tuple[str, str | None]:
@@ -237,6 +249,51 @@ def _connection(args: argparse.Namespace, environ: Mapping[str, str]) -> tuple[s
     return url, token
 
 
+# --- connector files ------------------------------------------------------------------
+
+
+def print_schema(io: Streams) -> int:
+    """``syncd schema``: the JSON Schema of a connector file, with the kinds installed here
+    (built-in and entry-point plugins)."""
+    from syncd.plugins import Registry
+    from syncd.schema import connector_file_schema
+
+    kinds = Registry.builtin()
+    kinds.load_entry_points()
+    io.stdout.write(json.dumps(connector_file_schema(kinds), indent=2) + "\n")
+    return EXIT_OK
+
+
+def validate(args: argparse.Namespace, io: Streams, environ: Mapping[str, str]) -> int:
+    """``syncd validate FILE``: the API's checks of a create body, offline. Prints ``valid``
+    (exit 0) or one ``path: message`` line per error (exit 2)."""
+    # Imported here: only this command needs the kinds (and the http source they pull in).
+    from syncd.errors import ValidationError
+    from syncd.plugins import Registry
+    from syncd.spec import parse_create
+
+    args.config = config_path(args, environ)
+    try:
+        # The daemon's paginator defaults, which a create without those keys gets.
+        defaults = Config.load(args.config, environ=environ).sync.paginator
+        body = load_connector_file(args.file, io.stdin)
+    except ConfigError as exc:
+        io.stderr.write(f"error: {_config_message(exc, args.config, environ)}\n")
+        return EXIT_USAGE
+    except (UsageError, ConnectorFileError) as exc:
+        io.stderr.write(f"error: {exc}\n")
+        return EXIT_USAGE
+    kinds = Registry.builtin()
+    kinds.load_entry_points()
+    try:
+        parse_create(body, defaults=defaults, kinds=kinds)
+    except ValidationError as exc:
+        io.stdout.write("".join(f"{path}: {msg}\n" for path, msg in exc.errors.items()))
+        return EXIT_USAGE
+    io.stdout.write("valid\n")
+    return EXIT_OK
+
+
 # --- commands -------------------------------------------------------------------------
 
 Handler = Callable[[Client, argparse.Namespace, Streams], Awaitable[int]]
@@ -252,9 +309,9 @@ async def _list(api: Client, args: argparse.Namespace, io: Streams) -> int:
             c.get("name"),
             c.get("status"),
             c.get("sync_status"),
-            _ts(c.get("last_synced_at")),
-            _ts(c.get("next_run_at")),
-            _short(c.get("last_error"), 60),
+            ts(c.get("last_synced_at")),
+            ts(next_run(c)),
+            short(c.get("last_error"), 60),
         ]
         for c in page.get("data") or ()
     ]
@@ -269,20 +326,12 @@ async def _show(api: Client, args: argparse.Namespace, io: Streams) -> int:
         connector = await api.get_connector(str(connector["id"]))
     if args.json:
         return _print_json(io, connector)
-    io.stdout.write(_describe(connector))
+    io.stdout.write(describe_connector(connector))
     return EXIT_OK
 
 
 async def _create(api: Client, args: argparse.Namespace, io: Streams) -> int:
-    name = "stdin" if args.file == "-" else args.file
-    try:
-        text = await asyncio.to_thread(_read_input, args.file, io.stdin)
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"cannot read {name}: {getattr(exc, 'strerror', None) or exc}") from None
-    try:
-        body = json.loads(text)
-    except ValueError as exc:
-        raise UsageError(f"{name} is not valid JSON: {exc}") from None
+    body = await asyncio.to_thread(load_connector_file, args.file, io.stdin)
     connector = await api.create_connector(body)
     if args.json:
         return _print_json(io, connector)
@@ -290,12 +339,39 @@ async def _create(api: Client, args: argparse.Namespace, io: Streams) -> int:
     return EXIT_OK
 
 
-def _read_input(file: str, stdin: TextIO) -> str:
-    return stdin.read() if file == "-" else Path(file).read_text(encoding="utf-8")
+async def _update(api: Client, args: argparse.Namespace, io: Streams) -> int:
+    body = await asyncio.to_thread(load_connector_file, args.file, io.stdin)
+    connector = await api.update_connector(await _resolve_id(api, args.connector), body)
+    if args.json:
+        return _print_json(io, connector)
+    io.stdout.write(f"updated connector {connector.get('name')} ({connector.get('id')})\n")
+    return EXIT_OK
+
+
+async def _preview(api: Client, args: argparse.Namespace, io: Streams) -> int:
+    if args.target == "-" or await asyncio.to_thread(os.path.isfile, args.target):
+        body = await asyncio.to_thread(load_connector_file, args.target, io.stdin)
+        request: dict[str, Any] = {"connector": body}
+    else:
+        request = {"connector_id": await _resolve_id(api, args.target)}
+    request["pages"] = args.pages
+    if args.timeout is not None:
+        request["timeout_seconds"] = args.timeout
+    answer = await api.preview(request, timeout=args.timeout or PREVIEW_TIMEOUT)
+    if args.json:
+        _print_json(io, answer)
+    else:
+        io.stdout.write(describe_preview(answer))
+    if answer.get("error") is not None:
+        if not args.json:
+            io.stderr.write(f"error: {answer['error']}\n")
+        return EXIT_API
+    return EXIT_OK
 
 
 async def _sync(api: Client, args: argparse.Namespace, io: Streams) -> int:
-    cid = await _resolve_id(api, args.connector)
+    connector = await api.resolve(args.connector)
+    cid = str(connector["id"])
     answer = await api.trigger_sync(cid)
     run_id = answer.get("run_id")
     if not args.follow:
@@ -305,11 +381,13 @@ async def _sync(api: Client, args: argparse.Namespace, io: Streams) -> int:
         return EXIT_OK
     if not args.json:
         io.stdout.write(f"sync started: run {run_id}\n")
-    run = await _follow(api, cid, str(run_id), io, interval=args.interval, quiet=args.json)
+    run = await follow(
+        api, cid, str(run_id), io.stdout, io.stderr, interval=args.interval, quiet=args.json
+    )
     if args.json:
         _print_json(io, run)
     else:
-        io.stdout.write(_outcome(run) + "\n")
+        io.stdout.write(outcome_line(run, indexed=_indexed_on_commit(connector)) + "\n")
     return EXIT_OK if run.get("outcome") == "succeeded" else EXIT_API
 
 
@@ -349,8 +427,18 @@ async def _retry_failed(api: Client, args: argparse.Namespace, io: Streams) -> i
     return EXIT_OK
 
 
+async def _deletions(api: Client, args: argparse.Namespace, io: Streams) -> int:
+    # One action so far: ``apply``.
+    answer = await api.apply_deletions(await _resolve_id(api, args.connector))
+    if args.json:
+        return _print_json(io, answer)
+    io.stdout.write(f"deleting {answer.get('deleting', 0)} documents\n")
+    return EXIT_OK
+
+
 async def _runs(api: Client, args: argparse.Namespace, io: Streams) -> int:
-    cid = await _resolve_id(api, args.connector)
+    connector = await api.resolve(args.connector)
+    cid = str(connector["id"])
     page = await api.list_runs(cid, limit=args.limit, cursor=args.cursor)
     if args.json:
         return _print_json(io, page)
@@ -359,16 +447,23 @@ async def _runs(api: Client, args: argparse.Namespace, io: Streams) -> int:
             r.get("id"),
             r.get("trigger"),
             r.get("outcome"),
-            _ts(r.get("started_at")),
-            _ts(r.get("finished_at")),
+            ts(r.get("started_at")),
+            ts(r.get("finished_at")),
             r.get("pages"),
             r.get("documents_seen"),
             r.get("documents_enqueued"),
-            _short(r.get("error"), 60),
+            r.get("deleted"),
+            short(r.get("error"), 60),
         ]
         for r in page.get("data") or ()
     ]
-    headers = ["ID", "TRIGGER", "OUTCOME", "STARTED", "FINISHED", "PAGES", "SEEN", "ENQUEUED"]
+    # An indexer that is done when the page is stored (`store`) enqueues nothing: the
+    # count is then of the documents the crawl wrote, indexed there and then.
+    written = "INDEXED" if _indexed_on_commit(connector) else "ENQUEUED"
+    headers = [
+        *("ID", "TRIGGER", "OUTCOME", "STARTED", "FINISHED", "PAGES", "SEEN", written),
+        "DELETED",
+    ]
     _print_page(io, [*headers, "ERROR"], rows, page, "runs")
     return EXIT_OK
 
@@ -383,9 +478,9 @@ async def _documents(api: Client, args: argparse.Namespace, io: Streams) -> int:
             d.get("external_id"),
             d.get("status"),
             d.get("attempts"),
-            _ts(d.get("updated_at")),
-            _ts(d.get("indexed_at")),
-            _short(d.get("error"), 60),
+            ts(d.get("updated_at")),
+            ts(d.get("indexed_at")),
+            short(d.get("error"), 60),
         ]
         for d in page.get("data") or ()
     ]
@@ -394,18 +489,92 @@ async def _documents(api: Client, args: argparse.Namespace, io: Streams) -> int:
     return EXIT_OK
 
 
+async def _document(api: Client, args: argparse.Namespace, io: Streams) -> int:
+    document = await api.get_document(await _resolve_id(api, args.connector), args.external_id)
+    if args.json:
+        return _print_json(io, document)
+    io.stdout.write(describe_document(document))
+    return EXIT_OK
+
+
+async def _status(api: Client, args: argparse.Namespace, io: Streams) -> int:
+    status = await api.status()
+    if args.json:
+        return _print_json(io, status)
+    io.stdout.write(describe_status(status, datetime.now(UTC)))
+    return EXIT_OK
+
+
+async def _edit(
+    api: Client, args: argparse.Namespace, io: Streams, environ: Mapping[str, str]
+) -> int:
+    connector = await api.resolve(args.connector)
+    cid = str(connector["id"])
+    if cid != args.connector:  # found by name: the list omits some fields
+        connector = await api.get_connector(cid)
+    edited, path = await cliedit.edit_text(connector, environ)
+    if edited is None:
+        path.unlink(missing_ok=True)
+        io.stderr.write("edit cancelled: the file is empty; nothing saved\n")
+        return EXIT_OK
+    patch = cliedit.changes(connector, edited, path)
+    if not patch:
+        path.unlink(missing_ok=True)
+        io.stderr.write("no changes; nothing saved\n")
+        return EXIT_OK
+    try:
+        updated = await api.update_connector(cid, patch)
+    except ApiError as exc:
+        if exc.status != 422:
+            cliedit.kept_hint(path, io.stderr)
+            raise
+        # Invalid content, like `validate`: exit 2, each problem on its own line.
+        code = _Failure(io, json_mode=args.json)("invalid", EXIT_USAGE, str(exc), api=exc)
+        cliedit.kept_hint(path, io.stderr)
+        return code
+    path.unlink(missing_ok=True)
+    if args.json:
+        return _print_json(io, updated)
+    io.stdout.write(
+        f"updated connector {updated.get('name')} ({updated.get('id')}): {', '.join(patch)}\n"
+    )
+    return EXIT_OK
+
+
+def _indexed_on_commit(connector: Mapping[str, Any]) -> bool:
+    """Whether the connector's indexer kind is done once the page is stored (``store``):
+    its runs' ``documents_enqueued`` are documents indexed at once, none enqueued. Kinds
+    unknown here (a plugin only the daemon has) count as queued."""
+    from syncd.plugins import Registry
+
+    indexer = connector.get("indexer")
+    if not isinstance(indexer, Mapping):
+        return False
+    kinds = Registry.builtin()
+    kinds.load_entry_points()
+    try:
+        return kinds.indexer(indexer).indexed_on_commit
+    except ConfigError:  # an unknown kind
+        return False
+
+
 _COMMANDS: dict[str, Handler] = {
     "list": _list,
     "show": _show,
     "create": _create,
+    "update": _update,
+    "preview": _preview,
     "sync": _sync,
     "abort": _abort,
     "pause": _set_status,
     "resume": _set_status,
     "delete": _delete,
     "retry-failed": _retry_failed,
+    "deletions": _deletions,
     "runs": _runs,
     "documents": _documents,
+    "document": _document,
+    "status": _status,
 }
 
 
@@ -413,95 +582,7 @@ async def _resolve_id(api: Client, ref: str) -> str:
     return str((await api.resolve(ref))["id"])
 
 
-# --- sync --follow --------------------------------------------------------------------
-
-
-async def _follow(
-    api: Client, cid: str, run_id: str, io: Streams, *, interval: float, quiet: bool
-) -> dict[str, Any]:
-    """Show progress until run ``run_id`` is over; return its run row."""
-    out = io.stdout
-    tty = out.isatty() and not quiet
-    spinner = cycle("|/-\\")
-    last: str | None = None
-    try:
-        while True:
-            connector = await api.get_connector(cid)
-            if connector.get("run_id") != run_id or connector.get("sync_status") != "running":
-                break
-            line = _progress_line(connector, datetime.now(UTC), countdown=tty)
-            if tty:
-                # One line redrawn in place; \x1b[K clears what a longer line left behind.
-                out.write(f"\r{next(spinner)} {line}\x1b[K")
-                out.flush()
-            elif not quiet and line != last:
-                out.write(line + "\n")
-                out.flush()
-            last = line
-            await asyncio.sleep(interval)
-    except asyncio.CancelledError:
-        io.stderr.write(f"\nstopped following; run {run_id} goes on in the daemon\n")
-        raise
-    if tty and last is not None:
-        out.write("\r\x1b[K")
-    return await _finished_run(api, cid, run_id, interval)
-
-
-async def _finished_run(api: Client, cid: str, run_id: str, interval: float) -> dict[str, Any]:
-    """The run row of ``run_id`` once it records an outcome (or after ``OUTCOME_WAIT``)."""
-    waited = 0.0
-    while True:
-        run = await _find_run(api, cid, run_id)
-        if run.get("outcome") != "running" or waited >= OUTCOME_WAIT:
-            return run
-        await asyncio.sleep(interval)
-        waited += interval
-
-
-async def _find_run(api: Client, cid: str, run_id: str) -> dict[str, Any]:
-    page = await api.list_runs(cid, limit=1)
-    latest = page.get("data") or []
-    if latest and latest[0].get("id") == run_id:
-        return dict(latest[0])
-    # A newer run (e.g. a scheduled one) started meanwhile: look further back.
-    cursor: str | None = None
-    while True:
-        page = await api.list_runs(cid, cursor=cursor)
-        for run in page.get("data") or ():
-            if run.get("id") == run_id:
-                return dict(run)
-        cursor = page.get("next_cursor")
-        if not cursor:
-            raise ApiError(404, f"Run {run_id} not found")
-
-
-def _progress_line(connector: Mapping[str, Any], now: datetime, *, countdown: bool) -> str:
-    progress = connector.get("progress") or {}
-    line = f"pages {progress.get('pages', 0)}  documents {progress.get('documents', 0)}"
-    waiting = connector.get("waiting")
-    if isinstance(waiting, Mapping):
-        line += f"  waiting: {waiting.get('reason')}"
-        until = _parse_ts(waiting.get("until"))
-        if until is not None:
-            line += f" until {until:%H:%M:%S}Z"
-            if countdown:
-                line += f" ({max(0.0, (until - now).total_seconds()):.0f}s)"
-    return line
-
-
-def _outcome(run: Mapping[str, Any]) -> str:
-    outcome = str(run.get("outcome"))
-    summary = (
-        f"run {run.get('id')}: {run.get('pages', 0)} pages, "
-        f"{run.get('documents_seen', 0)} documents seen, "
-        f"{run.get('documents_enqueued', 0)} enqueued\n"
-    )
-    if outcome == "failed":
-        return f"{summary}failed: {run.get('error')}"
-    return summary + outcome
-
-
-# --- formatting -----------------------------------------------------------------------
+# --- output -------------------------------------------------------------------------
 
 
 def _print_json(io: Streams, value: Any) -> int:
@@ -518,92 +599,3 @@ def _print_page(
         io.stderr.write(f"no {noun}\n")
     if page.get("next_cursor"):
         io.stderr.write(f"more {noun}: add --cursor {page['next_cursor']}\n")
-
-
-def render_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    """Rows under headers in aligned columns (``None`` shown as ``-``)."""
-    cells = [list(headers), *([_cell(v) for v in row] for row in rows)]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    lines = (
-        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells
-    )
-    return "\n".join(lines) + "\n"
-
-
-def _describe(connector: Mapping[str, Any]) -> str:
-    """A connector as ``key: value`` lines, the way ``show`` prints it."""
-    progress = connector.get("progress") or {}
-    waiting = connector.get("waiting")
-    documents = connector.get("documents") or {}
-    fields: list[tuple[str, Any]] = [
-        ("id", connector.get("id")),
-        ("name", connector.get("name")),
-        ("status", connector.get("status")),
-        ("sync status", connector.get("sync_status")),
-        ("last error", connector.get("last_error")),
-        ("run id", connector.get("run_id")),
-        ("sync started", _ts(connector.get("sync_started_at"))),
-        ("sync owner", connector.get("sync_owner")),
-        ("heartbeat", _ts(connector.get("sync_heartbeat_at"))),
-        ("progress", f"{progress.get('pages', 0)} pages, {progress.get('documents', 0)} documents"),
-        (
-            "waiting",
-            f"{waiting.get('reason')} until {_ts(waiting.get('until'))}"
-            if isinstance(waiting, Mapping)
-            else None,
-        ),
-        ("last synced", _ts(connector.get("last_synced_at"))),
-        ("schedule", _schedule(connector)),
-        ("next run", _ts(connector.get("next_run_at"))),
-        ("documents", ", ".join(f"{k} {v}" for k, v in documents.items()) or None),
-        ("source", connector.get("source")),
-        ("indexer", connector.get("indexer")),
-        ("page retries", connector.get("page_retries")),
-        ("retry backoff", connector.get("page_retry_backoff")),
-        ("throttle", connector.get("throttle_seconds")),
-        ("retry on status", connector.get("retry_on_status")),
-        ("created", _ts(connector.get("created_at"))),
-        ("updated", _ts(connector.get("updated_at"))),
-    ]
-    width = max(len(k) for k, _ in fields) + 1
-    return "".join(f"{(k + ':').ljust(width)}  {_cell(v)}\n" for k, v in fields)
-
-
-def _schedule(connector: Mapping[str, Any]) -> str | None:
-    cron, zone = connector.get("sync_schedule"), connector.get("sync_timezone")
-    return f"{cron} ({zone})" if cron and zone else cron
-
-
-def _cell(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, str):
-        return value.replace("\n", " ")
-    if isinstance(value, (dict, list)):
-        return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-    return str(value)
-
-
-def _short(value: Any, width: int) -> str | None:
-    if value is None:
-        return None
-    text = str(value).replace("\n", " ")
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
-def _parse_ts(value: Any) -> datetime | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    return (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).astimezone(UTC)
-
-
-def _ts(value: Any) -> str | None:
-    """An API timestamp, compact and in UTC (``2024-05-01 12:00:03Z``); as is if unparsable."""
-    if value is None:
-        return None
-    parsed = _parse_ts(value)
-    return str(value) if parsed is None else f"{parsed:%Y-%m-%d %H:%M:%S}Z"

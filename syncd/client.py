@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Self
 from urllib.parse import quote
@@ -23,15 +23,22 @@ from syncd.errors import SyncdError
 __all__ = ["ApiError", "Client", "DaemonUnreachable", "url_from_listen"]
 
 _NO_BODY = object()
+PREVIEW_MARGIN = 10.0  # seconds a preview's answer is awaited beyond its own time limit
 
 
 class ApiError(SyncdError):
-    """The API answered with an error status. ``detail`` is its message, ``body`` the JSON."""
+    """The API answered with an error status. ``detail`` is its message, ``body`` the JSON.
 
-    def __init__(self, status: int, detail: str, body: Any = None) -> None:
+    ``problems`` are the ``path: message`` lines of a validation error (422), one per
+    invalid field; empty for any other error."""
+
+    def __init__(
+        self, status: int, detail: str, body: Any = None, problems: Sequence[str] = ()
+    ) -> None:
         self.status = status
         self.detail = detail
         self.body = body
+        self.problems = tuple(problems)
         super().__init__(f"{status} {detail}")
 
 
@@ -70,27 +77,29 @@ def _split_url(url: str) -> tuple[URL, str | None]:
     return base, None
 
 
-def _detail(status: int, text: str) -> tuple[str, Any]:
-    """The human message of an error answer, and its JSON body when it has one."""
+def _detail(status: int, text: str) -> tuple[str, Any, list[str]]:
+    """The human message of an error answer, its JSON body when it has one, and the
+    ``path: message`` lines of a validation error."""
     try:
         body = json.loads(text)
     except ValueError:
-        return (text.strip()[:200] or f"HTTP {status}"), None
+        return (text.strip()[:200] or f"HTTP {status}"), None, []
     detail = body.get("detail") if isinstance(body, dict) else None
     if isinstance(detail, str):
-        return detail, body
+        return detail, body, []
+    parts: list[str] = []
     if isinstance(detail, list):  # validation errors: [{"loc": [...], "msg": "..."}, ...]
-        parts = []
         for item in detail:
             if isinstance(item, dict) and "msg" in item:
                 loc = ".".join(str(p) for p in item.get("loc", ()))
                 parts.append(f"{loc}: {item['msg']}" if loc else str(item["msg"]))
             else:
                 parts.append(str(item))
-        return "; ".join(parts) or f"HTTP {status}", body
-    if isinstance(detail, dict):
-        return "; ".join(f"{k}: {v}" for k, v in detail.items()) or f"HTTP {status}", body
-    return f"HTTP {status}", body
+    elif isinstance(detail, dict):
+        parts = [f"{k}: {v}" for k, v in detail.items()]
+    else:
+        return f"HTTP {status}", body, []
+    return "; ".join(parts) or f"HTTP {status}", body, parts
 
 
 class Client:
@@ -136,8 +145,11 @@ class Client:
         *,
         params: Mapping[str, str | int] | None = None,
         body: Any = _NO_BODY,
+        timeout: float | None = None,
     ) -> Any:
-        """Send one request; return the JSON answer (``None`` for an empty body)."""
+        """Send one request; return the JSON answer (``None`` for an empty body).
+
+        ``timeout`` replaces the client's own for this request (seconds in all)."""
         if self._session is None:
             raise RuntimeError("Client is not open: use 'async with Client(...)'")
         url = URL(str(self._base).rstrip("/") + path, encoded=True)
@@ -146,13 +158,15 @@ class Client:
         kwargs: dict[str, Any] = {}
         if body is not _NO_BODY:
             kwargs["json"] = body
+        if timeout is not None:
+            kwargs["timeout"] = aiohttp.ClientTimeout(total=timeout)
         try:
             async with self._session.request(method, url, **kwargs) as response:
                 text = await response.text()
                 status = response.status
         except TimeoutError as exc:
             raise DaemonUnreachable(
-                f"the daemon at {self.url} did not answer within {self._timeout:g} s"
+                f"the daemon at {self.url} did not answer within {timeout or self._timeout:g} s"
             ) from exc
         except aiohttp.ClientConnectorError as exc:
             # "Connection refused" / "No such file or directory" says more than aiohttp's text.
@@ -161,8 +175,8 @@ class Client:
         except aiohttp.ClientError as exc:
             raise DaemonUnreachable(f"cannot reach the daemon at {self.url}: {exc}") from exc
         if status >= 400:
-            detail, parsed = _detail(status, text)
-            raise ApiError(status, detail, parsed)
+            detail, parsed, problems = _detail(status, text)
+            raise ApiError(status, detail, parsed, problems)
         if not text.strip():
             return None
         try:
@@ -257,9 +271,31 @@ class Client:
             params=_query(status=status, limit=limit, cursor=cursor),
         )
 
+    async def get_document(self, connector_id: str, external_id: str) -> dict[str, Any]:
+        """``GET /connectors/{id}/documents/{external_id}`` (with its ``payload``)."""
+        return await self._object(
+            "GET", _path(connector_id, "documents", quote(external_id, safe=""))
+        )
+
+    async def status(self) -> dict[str, Any]:
+        """``GET /status``: the daemon's version, workers, queue and instances."""
+        return await self._object("GET", "/status")
+
     async def retry_failed(self, connector_id: str) -> dict[str, Any]:
         """``POST /connectors/{id}/retry-failed``."""
         return await self._object("POST", _path(connector_id, "retry-failed"))
+
+    async def apply_deletions(self, connector_id: str) -> dict[str, Any]:
+        """``POST /connectors/{id}/deletions/apply``."""
+        return await self._object("POST", _path(connector_id, "deletions", "apply"))
+
+    async def preview(self, body: Any, *, timeout: float = 10.0) -> dict[str, Any]:
+        """``POST /connectors/preview``; ``timeout`` is the preview's own time limit (the
+        ``timeout_seconds`` the body sets, else the API's default): the answer is waited
+        for a little longer."""
+        return await self._object(
+            "POST", "/connectors/preview", body=body, timeout=timeout + PREVIEW_MARGIN
+        )
 
 
 def _path(connector_id: str, *rest: str) -> str:

@@ -7,7 +7,8 @@ offending key (``workers.concurrency``) or environment variable
 The ``[http]`` timeouts are the one exception to environment overrides: the HTTP transport
 reads ``SYNCD_HTTP_TIMEOUT_READ`` / ``SYNCD_HTTP_TIMEOUT_CONNECT`` itself at run time, where
 a bad value logs a warning and falls back instead of stopping the daemon.
-(``SYNCD_HTTP_BLOCK_PRIVATE_ADDRESSES`` is an ordinary override.)
+(``SYNCD_HTTP_BLOCK_PRIVATE_ADDRESSES`` is an ordinary override.) The per-host budgets,
+``[http.hosts."HOST"]`` tables, are read from the file only.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from yarl import URL
 
 from syncd.errors import ConfigError
 
@@ -40,8 +43,10 @@ __all__ = [
     "ApiConfig",
     "Config",
     "DaemonConfig",
+    "HostBudget",
     "HttpConfig",
     "LogConfig",
+    "MetricsConfig",
     "QueueConfig",
     "SchedulerConfig",
     "StoreConfig",
@@ -50,6 +55,7 @@ __all__ = [
     "UnixAddress",
     "WorkersConfig",
     "env_var",
+    "host_key",
     "is_loopback",
     "parse_listen",
 ]
@@ -83,6 +89,11 @@ class ApiConfig:
     listen: str = "127.0.0.1:8765"
     token: str | None = field(default=None, repr=False)
     max_body_bytes: int = 1_048_576
+    # A `: ping` comment on an idle `GET /events` stream this often, so proxies keep it open.
+    events_heartbeat_seconds: float = 15.0
+    # With a token: `/readyz` answers without it too (for a load balancer's probes);
+    # `/healthz` always does.
+    public_health: bool = False
 
     @property
     def address(self) -> TcpAddress | UnixAddress:
@@ -109,22 +120,55 @@ class WorkersConfig:
 
 
 @dataclass(frozen=True)
+class DocumentsConfig:
+    """``[documents]``: how long a ``deleted`` document (a tombstone) is kept before the
+    workers' sweeper purges it (days, 0 or more; fractions allowed)."""
+
+    deleted_retention_days: float = 7.0
+
+
+@dataclass(frozen=True)
+class HostBudget:
+    """``[http.hosts."HOST"]``: one request budget shared by every connector (and every
+    instance, when the queue is Redis) for requests to HOST: a token bucket refilled with
+    ``rate`` tokens per second holding at most ``burst`` tokens, and at most ``concurrency``
+    requests in flight (``None``: no limit)."""
+
+    rate: float
+    burst: int
+    concurrency: int | None = None
+
+
+@dataclass(frozen=True)
 class HttpConfig:
-    """``[http]``: default source request timeouts (seconds), and the SSRF guard:
-    ``block_private_addresses`` refuses sources, webhooks and redirect targets on loopback,
-    private, link-local, unique-local, multicast/reserved or cloud metadata addresses."""
+    """``[http]``: default source request timeouts (seconds), the SSRF guard
+    (``block_private_addresses`` refuses sources, webhooks and redirect targets on loopback,
+    private, link-local, unique-local, multicast/reserved or cloud metadata addresses), and
+    the per-host budgets ``hosts``, keyed by :func:`host_key` (``"api.example.com"`` for every
+    port of that host, ``"api.example.com:8443"`` for that port only)."""
 
     timeout_read: float = 30.0
     timeout_connect: float = 5.0
     block_private_addresses: bool = False
+    hosts: Mapping[str, HostBudget] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class LogConfig:
-    """``[log]``: level (debug|info|warning|error) and format (auto|json|console)."""
+    """``[log]``: level (debug|info|warning|error), format (auto|json|console), and
+    ``access``: one structured ``api.access`` line per API request, at debug level."""
 
     level: str = "info"
     format: str = "auto"
+    access: bool = False
+
+
+@dataclass(frozen=True)
+class MetricsConfig:
+    """``[metrics]``: ``per_connector`` adds series labelled by connector (last successful
+    sync), whose number grows with the connectors; off by default."""
+
+    per_connector: bool = False
 
 
 @dataclass(frozen=True)
@@ -168,8 +212,10 @@ class Config:
     api: ApiConfig = field(default_factory=ApiConfig)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     workers: WorkersConfig = field(default_factory=WorkersConfig)
+    documents: DocumentsConfig = field(default_factory=DocumentsConfig)
     http: HttpConfig = field(default_factory=HttpConfig)
     log: LogConfig = field(default_factory=LogConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
     sync: SyncConfig = field(default_factory=SyncConfig)
     daemon: DaemonConfig = field(default_factory=DaemonConfig)
     path: Path | None = None
@@ -361,6 +407,63 @@ def _token_ok(token: str) -> bool:
     return bool(token) and all(33 <= ord(ch) <= 126 for ch in token)
 
 
+_HOST_KEY_SHAPE = 'a host name or IP address, optionally with ":port" (e.g. "api.example.com")'
+_HOST_BUDGET_KEYS = ("rate", "burst", "concurrency")
+_RATE = _number_key(0, strict=True)
+_COUNT = _int_key(1)
+
+
+def host_key(text: str) -> str:
+    """The canonical form of a ``[http.hosts."HOST"]`` key: the host lowercased (IDNA names
+    in their ASCII form, IPv6 addresses in brackets), plus ``:port`` when one is given.
+    ``ValueError`` when ``text`` is not a host with an optional port."""
+    if not text or any(ch in text for ch in "/?#@\\") or any(ch.isspace() for ch in text):
+        raise ValueError(text)
+    url = URL(f"http://{text}")  # ValueError for a bad port or an unparsable host
+    host = url.raw_host
+    if not host or text.endswith(":"):
+        raise ValueError(text)
+    name = f"[{host.lower()}]" if ":" in host else host.lower()
+    port = url.explicit_port
+    if port is None:
+        return name
+    if not 0 < port < 65536:
+        raise ValueError(text)
+    return f"{name}:{port}"
+
+
+def _host_budgets(value: Any) -> dict[str, HostBudget]:
+    """``[http.hosts]``: a table of ``[http.hosts."HOST"]`` tables. Errors name the key
+    inside (``http.hosts."api.example.com".rate``), so they are raised here directly."""
+    if not isinstance(value, Mapping):
+        raise _Invalid('a table of [http.hosts."HOST"] tables')
+    budgets: dict[str, HostBudget] = {}
+    for raw_host, table in value.items():
+        name = f'http.hosts."{raw_host}"'
+        try:
+            key = host_key(raw_host)
+        except ValueError:
+            raise ConfigError(name, f"expected {_HOST_KEY_SHAPE}") from None
+        if key in budgets:
+            raise ConfigError(name, f"the same host as another key ({key})")
+        if not isinstance(table, Mapping):
+            raise ConfigError(name, f"expected a table with rate, got {_shown(table)}")
+        for unknown in sorted(set(table) - set(_HOST_BUDGET_KEYS)):
+            known = ", ".join(_HOST_BUDGET_KEYS)
+            raise ConfigError(f"{name}.{unknown}", f"unknown key (expected one of: {known})")
+        if "rate" not in table:
+            raise ConfigError(f"{name}.rate", "missing: a budget needs a rate (requests/s)")
+        rate = _validate(f"{name}.rate", _RATE, table["rate"])
+        burst = max(1, math.ceil(rate))
+        if "burst" in table:
+            burst = _validate(f"{name}.burst", _COUNT, table["burst"])
+        concurrency = None
+        if "concurrency" in table:
+            concurrency = _validate(f"{name}.concurrency", _COUNT, table["concurrency"])
+        budgets[key] = HostBudget(rate, burst, concurrency)
+    return budgets
+
+
 _TOKEN = _text_key(
     "a non-empty token of printable characters without spaces", _token_ok, secret=True
 )
@@ -382,6 +485,8 @@ _SCHEMA: dict[str, dict[str, _Key]] = {
         "token": _TOKEN,
         "token_file": _NON_EMPTY,
         "max_body_bytes": _int_key(1),
+        "events_heartbeat_seconds": _number_key(0, strict=True, maximum=3600),
+        "public_health": _Key(_bool_check, _bool_from_text),
     },
     "scheduler": {
         "tick_seconds": _number_key(0, strict=True),
@@ -393,12 +498,19 @@ _SCHEMA: dict[str, dict[str, _Key]] = {
         "lease_seconds": _number_key(0, strict=True),
         "batch_size": _int_key(1),
     },
+    "documents": {"deleted_retention_days": _number_key(0, strict=False)},
     "http": {
         "timeout_read": _number_key(0, strict=True),
         "timeout_connect": _number_key(0, strict=True),
         "block_private_addresses": _Key(_bool_check, _bool_from_text),
+        "hosts": _Key(_host_budgets, lambda text: text),
     },
-    "log": {"level": _choice_key(LOG_LEVELS), "format": _choice_key(LOG_FORMATS)},
+    "log": {
+        "level": _choice_key(LOG_LEVELS),
+        "format": _choice_key(LOG_FORMATS),
+        "access": _Key(_bool_check, _bool_from_text),
+    },
+    "metrics": {"per_connector": _Key(_bool_check, _bool_from_text)},
     "sync": {
         "page_retries": _int_key(0, 20),
         "page_retry_backoff": _number_key(0, strict=False, maximum=3600),
@@ -409,8 +521,11 @@ _SCHEMA: dict[str, dict[str, _Key]] = {
     "daemon": {"instance_id": _NON_EMPTY, "grace_seconds": _number_key(0, strict=False)},
 }
 
-# The transport resolves these itself, with warning-and-fallback semantics (DESIGN.md §6).
-_NO_ENV_OVERRIDE = frozenset({("http", "timeout_read"), ("http", "timeout_connect")})
+# The transport resolves the timeouts itself, with warning-and-fallback semantics
+# (DESIGN.md §6); a table of host budgets has no one-variable form.
+_NO_ENV_OVERRIDE = frozenset(
+    {("http", "timeout_read"), ("http", "timeout_connect"), ("http", "hosts")}
+)
 
 
 def env_var(section: str, key: str) -> str:
@@ -453,8 +568,10 @@ class _Builder:
             api=ApiConfig(**api),
             scheduler=SchedulerConfig(**v["scheduler"]),
             workers=WorkersConfig(**v["workers"]),
+            documents=DocumentsConfig(**v["documents"]),
             http=HttpConfig(**v["http"]),
             log=LogConfig(**v["log"]),
+            metrics=MetricsConfig(**v["metrics"]),
             sync=SyncConfig(**v["sync"]),
             daemon=DaemonConfig(**v["daemon"]),
             path=self.path,

@@ -4,9 +4,10 @@ the side tasks.
 
 Start order: store (migrated) → queue → transport → secrets of stored connectors registered →
 queue rebuilt from the store → delete cascades resumed → workers → side tasks (control
-messages, queue repair, scheduler, metrics) → API. Stop is the reverse: the API stops taking
-requests, the scheduler finishes its tick, each run ends at its next page boundary
-(``interrupted``), indexing finishes within the grace period, then connections close.
+messages, queue repair, scheduler, metrics, events, instance heartbeat) → API. Stop is the
+reverse: the API stops taking requests, the scheduler finishes its tick, each run ends at its
+next page boundary (``interrupted``), indexing finishes within the grace period, then
+connections close.
 
 The connector operations live in :class:`syncd.service.ConnectorService`; the methods of the
 same names here (``create_connector``, ``trigger_sync``, ``abort_sync``, …) are the embedding
@@ -19,24 +20,27 @@ import asyncio
 import secrets
 import socket
 from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any
 
 import structlog
 
-from syncd.api import build_app, start_api
+from syncd.api import build_app, start_api, views
 from syncd.changes import ChangeFeed
 from syncd.config import Config
 from syncd.errors import SyncdError
+from syncd.events import EventHub
+from syncd.http.budget import HostBudgets, open_budgets
 from syncd.http.transport import Timeouts, Transport, resolve_timeouts
 from syncd.indexers.base import IndexerContext, IndexerFactory
 from syncd.maintenance import Maintenance
 from syncd.metrics import Metrics, refresh_forever
-from syncd.models import Connector, ConnectorStatus, DocStatus, Document, Run, new_id
+from syncd.models import Connector, ConnectorStatus, DocStatus, Document, Run, new_id, utcnow
 from syncd.plugins import IndexerKind, Indexers, Registry, SourceKind
 from syncd.queue import WorkQueue, open_queue
 from syncd.scheduler import Scheduler
-from syncd.service import ConnectorService
+from syncd.service import ConnectorService, Preview
 from syncd.sources.base import SourceFactory
 from syncd.store import Store, open_store
 from syncd.sync import SyncEngine
@@ -45,9 +49,14 @@ from syncd.workers import Workers
 
 log = structlog.get_logger("syncd.daemon")
 
+INSTANCES_SEEN_BEATS = 3  # GET /status lists instances heard from within 3 heartbeats
+
 
 class Daemon:
     """A running syncd instance: ``async with Daemon(config) as daemon: ...``."""
+
+    #: Seconds between two heartbeats of this instance in the store (``GET /status``).
+    instance_heartbeat_seconds: float = 5.0
 
     def __init__(
         self,
@@ -62,23 +71,27 @@ class Daemon:
         # Which process incarnation owns a run: an instance id may be fixed in the
         # configuration, so a run orphaned by a crash must not look owned after a restart.
         self.owner = self._new_owner()
-        self.metrics = Metrics()
+        self.metrics = Metrics(per_connector=self.config.metrics.per_connector)
         self.registry = Registry.builtin()
         self.changes = ChangeFeed()
         self._api_sockets = list(api_sockets)
         self._serve_api = serve_api
         self._started = False
+        self.started_at: datetime | None = None
+        self._heartbeat_at: datetime | None = None
         # Resolved when a side task dies for good: the service runner then exits non-zero.
         self.fatal: asyncio.Future[str] | None = None
         self.api_runner: Any = None
         self.store: Store
         self.queue: WorkQueue
         self.transport: Transport
+        self.budgets: HostBudgets
         self.engine: SyncEngine
         self.workers: Workers
         self.scheduler: Scheduler
         self.maintenance: Maintenance
         self.service: ConnectorService
+        self.events: EventHub
         self._supervisor: Supervisor
 
     # --- plugins ------------------------------------------------------------------------
@@ -122,6 +135,7 @@ class Daemon:
         """Open the backends and start every component on the running loop."""
         cfg = self.config
         self.owner = self._new_owner()
+        self.started_at, self._heartbeat_at = utcnow(), None
         self.fatal = asyncio.get_running_loop().create_future()
         self.registry.load_entry_points()
         self.store = self._open_store()
@@ -131,12 +145,16 @@ class Daemon:
                 cfg.queue.url, prefix=cfg.queue.prefix, instance_id=self.instance_id
             )
             await self.queue.open()
+            # Per-host budgets live beside the queue: in process, or shared through Redis.
+            self.budgets = open_budgets(cfg.queue.url, cfg.http.hosts, prefix=cfg.queue.prefix)
+            await self.budgets.open()
             self.transport = Transport(
                 timeouts=resolve_timeouts(
                     None, config=Timeouts(cfg.http.timeout_read, cfg.http.timeout_connect)
                 ),
                 on_retry=lambda exc, attempt: self.metrics.transport_retries.inc(),
                 block_private_addresses=cfg.http.block_private_addresses,
+                budgets=self.budgets,
             )
             await self.transport.open()
         except BaseException:
@@ -153,13 +171,16 @@ class Daemon:
             self.workers.start()
             spawn = self._supervisor.spawn
             spawn("control-messages", self.service.listen)
+            spawn("events-notices", self.events.listen)
+            spawn("events", self.events.run)
             spawn("queue-lost", self.maintenance.watch_queue_loss)
             spawn("queue-rebuild", self.maintenance.rebuild_when_asked)
             spawn("scheduler", self.scheduler.run)
             spawn("metrics-refresh", lambda: refresh_forever(self.metrics, self.store, self.queue))
+            spawn("instance-heartbeat", self._heartbeat_forever)
             if self._serve_api:
                 self.api_runner = await start_api(
-                    build_app(self.service, self, cfg.api),
+                    build_app(self.service, self, cfg.api, access=cfg.log.access),
                     cfg.api.listen,
                     token=cfg.api.token,
                     socks=self._api_sockets,
@@ -168,7 +189,7 @@ class Daemon:
             await self.stop()
             raise
         log.info(
-            "syncd started", instance_id=self.instance_id, owner=self.owner, api=self.api_address
+            "daemon.started", instance_id=self.instance_id, owner=self.owner, api=self.api_address
         )
 
     def _open_store(self) -> Store:
@@ -203,7 +224,12 @@ class Daemon:
             lambda connector_id: IndexerContext(connector_id, self.transport),
             lambda source, indexer: self.service.register_secrets(source, indexer),
         )
-        self.maintenance.on_deleted = indexers.forget
+
+        def deleted(connector_id: str) -> None:
+            indexers.forget(connector_id)
+            self.changes.record(connector_id)  # the `deleted` event
+
+        self.maintenance.on_deleted = deleted
         self.workers = Workers(
             store=self.store,
             queue=self.queue,
@@ -213,6 +239,7 @@ class Daemon:
             batch_size=cfg.workers.batch_size,
             index_timeout=cfg.workers.index_timeout_seconds,
             lease_seconds=cfg.workers.lease_seconds,
+            deleted_retention=timedelta(days=cfg.documents.deleted_retention_days),
             on_change=notify,
             on_push_failed=rebuild,
         )
@@ -236,6 +263,15 @@ class Daemon:
             defaults=cfg.sync.paginator,
             owner=self.owner,
         )
+        self.events = EventHub(
+            store=self.store,
+            queue=self.queue,
+            changes=self.changes,
+            owner=self.owner,
+            render_connector=views.connector_json,
+            render_run=views.run_json,
+            heartbeat_seconds=cfg.api.events_heartbeat_seconds,
+        )
         self._supervisor = Supervisor(on_fatal=self._on_fatal)
 
     def _on_fatal(self, name: str, exc: BaseException) -> None:
@@ -249,6 +285,8 @@ class Daemon:
             return
         self._started = False
         grace = self.config.daemon.grace_seconds if grace is None else grace
+        # Open event streams end now: the API's shutdown would otherwise wait for them.
+        self.events.close()
         if self.api_runner is not None:
             await self.api_runner.cleanup()
             self.api_runner = None
@@ -261,9 +299,11 @@ class Daemon:
         await self._supervisor.stop()
         await self.maintenance.stop()
         await self.transport.close()
+        await self.budgets.close()
         await self.queue.close()
+        await self._forget_instance()
         await self.store.close()
-        log.info("syncd stopped", instance_id=self.instance_id)
+        log.info("daemon.stopped", instance_id=self.instance_id)
 
     @property
     def api_address(self) -> str | None:
@@ -296,6 +336,77 @@ class Daemon:
         if problems:
             result["tasks"] = "; ".join(f"{k}: {v}" for k, v in sorted(problems.items()))
         return result
+
+    async def status(self) -> dict[str, Any]:
+        """``GET /status``: this instance (version, owner, workers, running syncs), the
+        queue's depth, and every instance heard from within the last few heartbeats (this
+        one with its live figures)."""
+        from syncd import __version__
+
+        now = utcnow()
+        mine = self._instance_info()
+        since = now - timedelta(seconds=INSTANCES_SEEN_BEATS * self.instance_heartbeat_seconds)
+        instances = {
+            beat.owner: {
+                **beat.info,
+                "owner": beat.owner,
+                "heartbeat_at": views.timestamp(beat.heartbeat_at),
+            }
+            for beat in await self.store.list_instances(since)
+        }
+        instances[self.owner] = {
+            **mine,
+            "owner": self.owner,
+            "heartbeat_at": views.timestamp(self._heartbeat_at),
+        }
+        return {
+            "version": __version__,
+            "instance_id": self.instance_id,
+            "owner": self.owner,
+            "started_at": mine["started_at"],
+            "workers": mine["workers"],
+            "queue": {"depth": await self.queue_depth()},
+            "running_syncs": mine["running_syncs"],
+            "instances": [instances[owner] for owner in sorted(instances)],
+        }
+
+    def _instance_info(self) -> dict[str, Any]:
+        """What this instance reports in its heartbeat."""
+        from syncd import __version__
+
+        return {
+            "instance_id": self.instance_id,
+            "version": __version__,
+            "started_at": views.timestamp(self.started_at),
+            "running_syncs": len(self.engine.running),
+            "workers": {"concurrency": self.config.workers.concurrency, "busy": self.workers.busy},
+        }
+
+    async def heartbeat(self) -> None:
+        """Record this instance's heartbeat in the store now (the side task does it every
+        ``instance_heartbeat_seconds``)."""
+        now = utcnow()
+        await self.store.heartbeat_instance(self.owner, self._instance_info(), now)
+        self._heartbeat_at = now
+
+    async def _heartbeat_forever(self) -> None:
+        # The period is measured from the start of each beat, so it does not drift. A failed
+        # beat is logged and tried at the next one: a store outage must not stop the daemon.
+        loop = asyncio.get_running_loop()
+        while True:
+            began = loop.time()
+            try:
+                await self.heartbeat()
+            except SyncdError as exc:
+                log.warning("daemon.heartbeat_failed", error=str(exc))
+            await asyncio.sleep(max(0.0, self.instance_heartbeat_seconds - (loop.time() - began)))
+
+    async def _forget_instance(self) -> None:
+        """Remove this instance from ``GET /status`` of the others (a clean stop)."""
+        try:
+            await self.store.remove_instance(self.owner)
+        except SyncdError as exc:
+            log.warning("daemon.forget_instance_failed", error=str(exc))
 
     @property
     def running_syncs(self) -> dict[str, str]:
@@ -378,9 +489,19 @@ class Daemon:
         """Re-queue the connector's failed documents; how many."""
         return await self.service.retry_failed(connector_id)
 
+    async def apply_deletions(self, connector_id: str) -> int:
+        """Apply the deletions the guard held; how many (``Conflict`` if none are held)."""
+        return await self.service.apply_deletions(connector_id)
+
     async def document_counts(self, connector_id: str) -> dict[DocStatus, int]:
         """Documents per status."""
         return await self.service.document_counts(connector_id)
+
+    async def preview(self, body: Mapping[str, Any]) -> Preview:
+        """Fetch the first pages of a connector body or an existing connector, storing
+        nothing (``{"connector": {...}}`` or ``{"connector_id": ...}``, ``pages``,
+        ``timeout_seconds``); a failing source is the result's ``error``."""
+        return await self.service.preview(body)
 
     # --- waiting for recorded changes (embedding apps, the benchmark, tests) ------------
 

@@ -70,7 +70,7 @@ class Maintenance:
             total += len(rows)
             after = rows[-1]
         if total:
-            log.info("queue rebuilt from store", documents=total)
+            log.info("maintenance.queue_rebuilt", documents=total)
         return total
 
     async def purge(self, connector_id: str) -> None:
@@ -80,7 +80,7 @@ class Maintenance:
             await asyncio.wait_for(self._queue.purge(connector_id), QUEUE_CALL_TIMEOUT)
         except (SyncdError, TimeoutError) as exc:
             log.warning(
-                "queue purge deferred until the queue answers",
+                "maintenance.purge_deferred",
                 connector_id=connector_id,
                 error=str(exc) or type(exc).__name__,
             )
@@ -101,7 +101,7 @@ class Maintenance:
                     self.owed_purges.discard(cid)
                 await self.rebuild_queue()
             except SyncdError as exc:
-                log.warning("queue not rebuilt yet; retrying", error=str(exc))
+                log.warning("maintenance.rebuild_failed", error=str(exc))
                 self._rebuild.set()
                 await asyncio.sleep(REBUILD_RETRY_SECONDS)
 
@@ -148,11 +148,11 @@ class Maintenance:
             await self._store.delete_connector(connector_id)
             if self.on_deleted is not None:
                 self.on_deleted(connector_id)
-            log.info("connector deleted", connector_id=connector_id)
+            log.info("maintenance.connector_deleted", connector_id=connector_id)
             await self.purge(connector_id)
         except SyncdError as exc:
             # Left as `deleting`: the next start (or DELETE) resumes the cascade.
-            log.error("delete cascade failed", connector_id=connector_id, error=str(exc))
+            log.error("maintenance.delete_failed", connector_id=connector_id, error=str(exc))
         finally:
             self._cascades.pop(connector_id, None)
 

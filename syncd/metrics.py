@@ -2,62 +2,137 @@
 
 Each :class:`Metrics` owns its own :class:`~prometheus_client.CollectorRegistry`, so several
 daemons embedded in one process (or one test session) never clash over metric names.
+
+The number of series does not grow with the number of connectors: the store figures are
+totals from one aggregate query each (:meth:`Store.document_totals`,
+:meth:`Store.connector_totals`) and the queue depth is one total. The only series labelled
+by connector, the last successful sync of each, exist only with ``[metrics] per_connector``.
+No ``_created`` series are exported (they double the series of every counter and histogram
+and say nothing an alert needs); the filter is this registry's own, so that an application
+embedding syncd keeps its own metrics as they are.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+import platform
+import time
+from collections.abc import Iterable, Mapping
+from importlib import metadata
 
 import structlog
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
 from prometheus_client.exposition import choose_encoder
+from prometheus_client.metrics_core import Metric
 
 from syncd.errors import SyncdError
-from syncd.models import DocStatus, RunOutcome, RunTrigger, WaitReason
+from syncd.models import ConnectorStatus, DocStatus, RunOutcome, RunTrigger, SyncStatus, WaitReason
 from syncd.queue.base import WorkQueue
 from syncd.store.base import Store
 
 log = structlog.get_logger("syncd.metrics")
 
-__all__ = ["API_LATENCY_BUCKETS", "INDEX_LATENCY_BUCKETS", "Metrics"]
+__all__ = [
+    "API_LATENCY_BUCKETS",
+    "INDEX_LATENCY_BUCKETS",
+    "RUN_DURATION_BUCKETS",
+    "Metrics",
+    "refresh",
+    "refresh_forever",
+]
 
 #: Indexing calls a webhook or a plugin: allow for slow ones up to the index timeout.
 INDEX_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 #: Control API requests are store reads and writes: milliseconds to a second.
 API_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+#: A sync run crawls a source: a second for a small one, hours for a large one.
+RUN_DURATION_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 300.0, 900.0, 1800.0, 3600.0, 7200.0, 21600.0)
+#: Connectors read per store call when the per-connector series are refreshed.
+_CONNECTOR_PAGE = 1000
 
 
 class Metrics:
     """The daemon's counters, gauges and histograms.
 
     Counters and histograms are updated where things happen (``metrics.pages.inc()``,
-    ``metrics.runs.labels(trigger=..., outcome=...).inc()``); the document and queue gauges
-    are snapshots that the daemon refreshes from the store and the queue. Label
-    combinations known in advance are created at zero so that ``rate()`` works from the
-    first scrape.
+    ``metrics.records_rejected.inc(n)``, ``metrics.documents_deleted.inc(n)``); runs report
+    their start and end (:meth:`run_started`, :meth:`run_ended`); the store and queue gauges
+    are snapshots that :func:`refresh` takes. Label combinations known in advance are
+    created at zero so that ``rate()`` works from the first scrape.
     """
 
     registry: CollectorRegistry
+    per_connector: bool
+    build_info: Gauge
     runs: Counter
+    run_duration: Histogram
+    syncs_running: Gauge
+    sync_longest_running: Gauge
+    last_success: Gauge
+    connector_last_success: Gauge | None
     pages: Counter
     page_retries: Counter
     transport_retries: Counter
     backoff_seconds: Counter
+    records_rejected: Counter
+    connectors: Gauge
     documents: Gauge
+    documents_deleted: Counter
+    deletions_held: Counter
     queue_depth: Gauge
     index_latency: Histogram
     api_latency: Histogram
 
-    def __init__(self, *, process_metrics: bool = True) -> None:
-        """Create the metrics in a fresh registry (with ``process_*`` metrics unless disabled)."""
+    def __init__(self, *, process_metrics: bool = True, per_connector: bool = False) -> None:
+        """Create the metrics in a fresh registry (with ``process_*`` metrics unless disabled;
+        with the series labelled by connector only when ``per_connector``)."""
         self.registry = registry = CollectorRegistry(auto_describe=True)
+        self.per_connector = per_connector
+        # Runs of this instance in flight: run id -> monotonic start.
+        self._running: dict[str, float] = {}
+        self.build_info = Gauge(
+            "syncd_build_info",
+            "Always 1; the labels name the syncd and Python versions.",
+            ["version", "python_version"],
+            registry=registry,
+        )
+        self.build_info.labels(version=_version(), python_version=platform.python_version()).set(1)
         self.runs = Counter(
             "syncd_runs",
             "Sync runs finished, by trigger and outcome.",
             ["trigger", "outcome"],
             registry=registry,
         )
+        self.run_duration = Histogram(
+            "syncd_run_duration_seconds",
+            "Duration of the sync runs of this instance, by trigger and outcome.",
+            ["trigger", "outcome"],
+            buckets=RUN_DURATION_BUCKETS,
+            registry=registry,
+        )
+        self.syncs_running = Gauge(
+            "syncd_syncs_running", "Sync runs executing in this instance now.", registry=registry
+        )
+        self.syncs_running.set_function(lambda: len(self._running))
+        self.sync_longest_running = Gauge(
+            "syncd_sync_longest_running_seconds",
+            "How long the oldest sync run executing in this instance has run (0: none).",
+            registry=registry,
+        )
+        self.sync_longest_running.set_function(self._longest_running)
+        self.last_success = Gauge(
+            "syncd_last_success_timestamp_seconds",
+            "Unix time of the last successful sync run of this instance (0: none yet).",
+            registry=registry,
+        )
+        self.connector_last_success = None
+        if per_connector:
+            self.connector_last_success = Gauge(
+                "syncd_connector_last_success_timestamp_seconds",
+                "Unix time of each connector's last successful sync run, from the store.",
+                ["connector_id", "connector"],
+                registry=registry,
+            )
         self.pages = Counter(
             "syncd_pages_fetched", "Source pages fetched and committed.", registry=registry
         )
@@ -77,13 +152,33 @@ class Metrics:
             ["reason"],
             registry=registry,
         )
+        self.records_rejected = Counter(
+            "syncd_records_rejected",
+            "Source records that did not become documents (bad id, invalid JSON, not an object).",
+            registry=registry,
+        )
+        self.connectors = Gauge(
+            "syncd_connectors",
+            "Connectors in the store, by status and sync status.",
+            ["status", "sync_status"],
+            registry=registry,
+        )
         self.documents = Gauge(
             "syncd_documents", "Documents in the store, by status.", ["status"], registry=registry
         )
+        self.documents_deleted = Counter(
+            "syncd_documents_deleted",
+            "Documents deleted because they were gone at the source (DESIGN.md §11).",
+            registry=registry,
+        )
+        self.deletions_held = Counter(
+            "syncd_deletions_held",
+            "Deletions held by the guard of a completed crawl (applied only on request).",
+            registry=registry,
+        )
         self.queue_depth = Gauge(
             "syncd_queue_depth",
-            "Documents waiting in the work queue, by connector.",
-            ["connector_id"],
+            "Documents waiting in the work queue, all connectors together.",
             registry=registry,
         )
         self.index_latency = Histogram(
@@ -109,8 +204,37 @@ class Metrics:
                     self.runs.labels(trigger=trigger.value, outcome=outcome.value)
         for reason in WaitReason:
             self.backoff_seconds.labels(reason=reason.value)
-        for status in DocStatus:
-            self.documents.labels(status=status.value)
+        self.set_document_counts({})
+        self.set_connector_counts({})
+
+    # --- runs -------------------------------------------------------------------------
+
+    def run_started(self, run_id: str) -> None:
+        """A run of this instance started (counted in ``syncd_syncs_running``)."""
+        self._running[run_id] = time.monotonic()
+
+    def run_ended(self, run_id: str, trigger: RunTrigger, outcome: RunOutcome) -> float:
+        """A run of this instance ended with ``outcome``: observe its duration (returned, in
+        seconds) and, when it succeeded, the time of the last success. ``syncd_runs_total``
+        is counted apart, where the outcome is recorded."""
+        started = self._running.pop(run_id, None)
+        seconds = 0.0 if started is None else time.monotonic() - started
+        self.run_duration.labels(trigger=str(trigger), outcome=str(outcome)).observe(seconds)
+        if outcome is RunOutcome.SUCCEEDED:
+            self.last_success.set(time.time())
+        return seconds
+
+    def run_gone(self, run_id: str) -> None:
+        """The run's task is over, whether or not its end was recorded here (no-op after
+        :meth:`run_ended`)."""
+        self._running.pop(run_id, None)
+
+    def _longest_running(self) -> float:
+        if not self._running:
+            return 0.0
+        return time.monotonic() - min(self._running.values())
+
+    # --- API --------------------------------------------------------------------------
 
     def observe_request(self, route: str, method: str, status: int, seconds: float) -> None:
         """Record one API request; ``route`` is the route pattern (``/connectors/{id}``),
@@ -119,57 +243,130 @@ class Metrics:
             seconds
         )
 
-    def set_document_counts(self, counts: Mapping[str, int]) -> None:
+    # --- snapshots --------------------------------------------------------------------
+
+    def set_document_counts(self, counts: Mapping[DocStatus, int] | Mapping[str, int]) -> None:
         """Set ``syncd_documents`` from a status → count snapshot; missing statuses are 0."""
         snapshot = {status.value: 0 for status in DocStatus}
         snapshot.update((str(status), count) for status, count in counts.items())
         for status, count in snapshot.items():
             self.documents.labels(status=status).set(count)
 
-    def set_queue_depth(self, depth: Mapping[str, int]) -> None:
-        """Replace ``syncd_queue_depth`` with a connector → depth snapshot.
+    def set_connector_counts(
+        self,
+        counts: Mapping[tuple[ConnectorStatus, SyncStatus], int] | Mapping[tuple[str, str], int],
+    ) -> None:
+        """Set ``syncd_connectors`` from a ``(status, sync_status)`` → count snapshot;
+        missing pairs are 0."""
+        snapshot = {(s.value, y.value): 0 for s in ConnectorStatus for y in SyncStatus}
+        snapshot.update(((str(s), str(y)), n) for (s, y), n in counts.items())
+        for (status, sync_status), count in snapshot.items():
+            self.connectors.labels(status=status, sync_status=sync_status).set(count)
 
-        Connectors absent from the snapshot (deleted, drained) disappear from the output
-        instead of reporting their last depth forever.
-        """
+    def set_queue_depth(self, total: int) -> None:
+        """Set ``syncd_queue_depth``: entries waiting in the queue, all connectors together."""
+        self.queue_depth.set(total)
+
+    def set_last_successes(self, successes: Iterable[tuple[str, str, float]]) -> None:
+        """Replace the per-connector last successes with ``(id, name, unix time)`` triples
+        (a no-op without ``per_connector``). Connectors absent from the snapshot (deleted,
+        renamed) disappear from the output instead of reporting forever."""
+        gauge = self.connector_last_success
+        if gauge is None:
+            return
         # Scrapes run on the event loop too, so nothing observes the gauge in between.
-        self.queue_depth.clear()
-        for connector_id, count in depth.items():
-            self.queue_depth.labels(connector_id=connector_id).set(count)
+        gauge.clear()
+        for connector_id, name, at in successes:
+            gauge.labels(connector_id=connector_id, connector=name).set(at)
+
+    # --- exposition -------------------------------------------------------------------
 
     def render(self, accept: str = "") -> tuple[bytes, str]:
         """The exposition body and its content type.
 
-        Prometheus text format 0.0.4 by default; OpenMetrics (or a newer text format) when
-        the scraper's ``Accept`` header asks for it.
+        Prometheus text format 0.0.4 by default; OpenMetrics when the scraper's ``Accept``
+        header asks for ``application/openmetrics-text``.
         """
         encoder, content_type = choose_encoder(accept)
-        return encoder(self.registry), content_type
+        return encoder(_WithoutCreated(self.registry)), content_type
+
+
+class _WithoutCreated:
+    """The registry's metrics minus their ``_created`` samples.
+
+    prometheus_client can only turn those off process-wide (``disable_created_metrics``),
+    which would change the metrics of an application embedding syncd too.
+    """
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self._registry = registry
+
+    def collect(self) -> Iterable[Metric]:
+        for metric in self._registry.collect():
+            samples = [s for s in metric.samples if not s.name.endswith("_created")]
+            if len(samples) != len(metric.samples):
+                metric.samples = samples
+            yield metric
+
+
+def _version() -> str:
+    try:
+        return metadata.version("syncd")
+    except metadata.PackageNotFoundError:  # a source tree that is not installed
+        return "0"
 
 
 #: Seconds between two refreshes of the gauges read from the store and the queue.
 REFRESH_SECONDS = 5.0
 
 
+async def refresh(metrics: Metrics, store: Store, queue: WorkQueue) -> None:
+    """Refresh the store and queue gauges once: one aggregate query for the documents, one
+    for the connectors, one call for the queue depth (and, with ``per_connector``, a walk
+    over every connector). The store and the queue are refreshed independently: one being
+    down leaves only its own figures as they were. Raises the first failure."""
+    failure: Exception | None = None
+    try:
+        documents = await store.document_totals()
+        connectors = await store.connector_totals()
+        metrics.set_document_counts(documents)
+        metrics.set_connector_counts(connectors)
+        if metrics.per_connector:
+            metrics.set_last_successes(await _last_successes(store))
+    except Exception as exc:
+        failure = exc
+    try:
+        metrics.set_queue_depth(sum((await queue.depth()).values()))
+    except Exception as exc:
+        failure = failure or exc
+    if failure is not None:
+        raise failure
+
+
+async def _last_successes(store: Store) -> list[tuple[str, str, float]]:
+    """``(id, name, unix time)`` of every connector that has succeeded once, all pages."""
+    out: list[tuple[str, str, float]] = []
+    after: str | None = None
+    while True:
+        page = await store.list_connectors(limit=_CONNECTOR_PAGE, after=after)
+        out.extend(
+            (c.id, c.name, c.last_synced_at.timestamp())
+            for c in page
+            if c.last_synced_at is not None
+        )
+        if len(page) < _CONNECTOR_PAGE:
+            return out
+        after = page[-1].id
+
+
 async def refresh_forever(metrics: Metrics, store: Store, queue: WorkQueue) -> None:
-    """Run forever: refresh the queue depth and document count gauges. A refresh that fails
+    """Run forever: :func:`refresh` every :data:`REFRESH_SECONDS`. A refresh that fails
     leaves the previous figures; it never ends the refreshes."""
     while True:
         try:
-            metrics.set_queue_depth(await queue.depth())
-            totals: dict[str, int] = {str(s): 0 for s in DocStatus}
-            after: str | None = None
-            for _ in range(10):
-                rows = await store.list_connectors(limit=100, after=after)
-                for c in rows:
-                    for status, n in (await store.document_counts(c.id)).items():
-                        totals[str(status)] += n
-                if len(rows) < 100:
-                    break
-                after = rows[-1].id
-            metrics.set_document_counts(totals)
+            await refresh(metrics, store, queue)
         except Exception as exc:
             log.warning(
-                "metrics refresh failed", error=str(exc), exc_info=not isinstance(exc, SyncdError)
+                "metrics.refresh_failed", error=str(exc), exc_info=not isinstance(exc, SyncdError)
             )
         await asyncio.sleep(REFRESH_SECONDS)

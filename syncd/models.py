@@ -63,6 +63,15 @@ class DocStatus(StrEnum):
     RUNNING = "running"
     INDEXED = "indexed"
     FAILED = "failed"
+    DELETED = "deleted"
+
+
+class DocOp(StrEnum):
+    """What a document's pending work does: index it, or delete it from the index (DESIGN.md
+    §11). A deleted document keeps ``op = delete``."""
+
+    INDEX = "index"
+    DELETE = "delete"
 
 
 class WaitReason(StrEnum):
@@ -71,6 +80,7 @@ class WaitReason(StrEnum):
     BACKOFF = "backoff"
     RETRY_AFTER = "retry_after"
     THROTTLE = "throttle"
+    HOST_COOLDOWN = "host_cooldown"
 
 
 ABORTED_ERROR = "Aborted"
@@ -134,6 +144,8 @@ class Connector:
     page_retry_backoff: float = DEFAULT_PAGINATOR.page_retry_backoff
     throttle_seconds: float = DEFAULT_PAGINATOR.throttle_seconds
     retry_on_status: tuple[int, ...] = DEFAULT_PAGINATOR.retry_on_status
+    # Dotted paths the content hash covers (None: the whole record), see document_inputs.
+    hash_fields: tuple[str, ...] | None = None
     status: ConnectorStatus = ConnectorStatus.ACTIVE
     sync_status: SyncStatus = SyncStatus.IDLE
     last_error: str | None = None
@@ -145,11 +157,23 @@ class Connector:
     sync_heartbeat_at: datetime | None = None
     progress: Progress = field(default_factory=Progress)
     waiting: Waiting | None = None
+    # Deletions (DESIGN.md §11): whether a completed full crawl deletes the documents it did
+    # not see, the largest share of live documents it may delete without holding them, the
+    # cron of full crawls of an incremental source, and the deletions held by the guard.
+    prune: bool = True
+    prune_max_fraction: float = 0.5
+    full_crawl_schedule: str | None = None
+    deletions_held: int = 0
     # Internal, not part of the API: the cursor of the first page that was not committed
     # (resume point after a failed, aborted or interrupted run) and the source's own state
     # (e.g. the incremental high-water mark).
     resume_cursor: str | None = None
     source_state: Mapping[str, Any] = field(default_factory=dict)
+    # The crawl in progress or last completed (set by the first page commit of a fresh run),
+    # whether it is a full crawl, and when the full-crawl schedule is next due.
+    crawl_id: str | None = None
+    crawl_full: bool = False
+    next_full_crawl_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -174,8 +198,67 @@ class RunEnd:
 
 
 @dataclass(frozen=True)
+class Crawl:
+    """The crawl a run belongs to (DESIGN.md §11): documents it sees are stamped with ``id``;
+    a ``full`` crawl that completes deletes the live documents it did not see."""
+
+    id: str
+    full: bool
+
+
+class PruneAction(StrEnum):
+    """What a :class:`PrunePlan` does to a connector's documents."""
+
+    DELETE_UNSEEN = "delete_unseen"
+    HOLD_UNSEEN = "hold_unseen"
+    DELETE_HELD = "delete_held"
+
+
+@dataclass(frozen=True)
+class PrunePlan:
+    """Documents to delete (or hold), decided by a rule and applied by the store in the
+    transition's transaction.
+
+    ``*_UNSEEN``: the live documents not stamped with ``crawl_id`` (and not already being
+    deleted); ``DELETE_HELD``: those the guard held. ``immediate``: they become ``deleted`` at
+    once (the indexer has nothing to call); otherwise ``pending`` with ``op = delete``, to be
+    enqueued. ``run_id``: the run whose ``deleted`` / ``deletions_held`` counts them.
+    """
+
+    action: PruneAction
+    crawl_id: str | None = None
+    immediate: bool = False
+    run_id: str | None = None
+
+
+@dataclass(frozen=True)
+class PruneCounts:
+    """The connector's live documents (not ``deleted``) and, of them, those a completed crawl
+    did not see (and that are not already being deleted)."""
+
+    live: int
+    unseen: int
+
+
+@dataclass(frozen=True)
+class PruneResult:
+    """What a prune plan did: the ids to enqueue (pending deletes), how many documents became
+    ``deleted`` at once, and how many deletions were held."""
+
+    queued: tuple[str, ...] = ()
+    deleted: int = 0
+    held: int = 0
+
+    @property
+    def deleting(self) -> int:
+        """Documents deleted or on their way to be."""
+        return len(self.queued) + self.deleted
+
+
+@dataclass(frozen=True)
 class Transition:
-    """The result of a state rule: the connector's new record plus run rows to write.
+    """The result of a state rule: the connector's new record plus run rows to write, and the
+    documents to prune.
 
     The store applies all of it in one transaction.
     """
@@ -183,6 +266,7 @@ class Transition:
     connector: Connector
     start: RunStart | None = None
     ends: tuple[RunEnd, ...] = ()
+    prune: PrunePlan | None = None
 
 
 @dataclass(frozen=True)
@@ -203,6 +287,8 @@ class Run:
     documents_rejected: int = 0
     rejections: tuple[Rejection, ...] = ()
     note: str | None = None
+    deleted: int = 0
+    deletions_held: int = 0
 
 
 @dataclass(frozen=True)
@@ -253,6 +339,7 @@ class Document:
     lease_token: str | None = None
     lease_until: datetime | None = None
     payload_json: str | None = field(default=None, compare=False, repr=False)
+    op: DocOp = DocOp.INDEX
 
 
 def utcnow() -> datetime:
@@ -438,16 +525,51 @@ def _kind(value: Any) -> str:
     return f"of type {type(value).__name__}"
 
 
+def hash_paths(hash_fields: Sequence[str]) -> tuple[tuple[str, ...], ...]:
+    """The dotted paths of ``hash_fields`` split into parts, each once, without a path that
+    another one of them contains (``a.b`` goes when ``a`` is there: ``a`` covers it)."""
+    paths = {tuple(f.split(".")) for f in hash_fields}
+    return tuple(sorted(p for p in paths if not any(p[:n] in paths for n in range(1, len(p)))))
+
+
+def hashed_part(record: Mapping[str, Any], paths: Sequence[Sequence[str]]) -> dict[str, Any]:
+    """The sub-document of ``record`` made of ``paths`` (from :func:`hash_paths`): each
+    value at its place in nested objects, e.g. ``{"meta": {"title": …}}`` for
+    ``meta.title``. A path that is missing, or runs through a value that is not an object,
+    is absent from it (a present ``null`` is kept, so it differs from a missing field)."""
+    out: dict[str, Any] = {}
+    for path in paths:
+        value: Any = record
+        for part in path:
+            if not isinstance(value, Mapping) or part not in value:
+                break
+            value = value[part]
+        else:
+            # No path is a prefix of another: every object on the way is one made here.
+            node = out
+            for part in path[:-1]:
+                node = node.setdefault(part, {})
+            node[path[-1]] = value
+    return out
+
+
 def document_inputs(
-    records: Sequence[Any], id_field: str = "id"
+    records: Sequence[Any], id_field: str = "id", hash_fields: Sequence[str] | None = None
 ) -> tuple[list[DocumentInput], list[Rejection]]:
     """Turn a page's records into documents keyed by ``id_field`` (dotted path allowed).
 
     Returns the documents and the records rejected, each with its index in the page and a
     reason: a record without a usable id (:func:`external_id_of`) or whose payload cannot
     be stored (:class:`PayloadError`). A rejected record never fails the page.
+
+    The content hash is the SHA-256 of the record's canonical JSON or, with ``hash_fields``
+    (dotted paths), of the canonical JSON of the sub-document those paths make
+    (:func:`hashed_part`), so that a change elsewhere in the record (a view count, a fetch
+    time) does not change it. The payload is the whole record either way. Paths that cover
+    the whole record give the whole record's hash.
     """
     path = id_field.split(".")
+    parts = hash_paths(hash_fields) if hash_fields is not None else None
     sha256 = hashlib.sha256
     out: list[DocumentInput] = []
     rejected: list[Rejection] = []
@@ -462,5 +584,7 @@ def document_inputs(
         except PayloadError as exc:
             rejected.append(Rejection(index, f"payload cannot be stored: {exc}"[:200]))
             continue
-        out.append(DocumentInput(external_id, rec, sha256(blob).hexdigest(), blob.decode()))
+        # The sub-document's values are the record's, already checked storable just above.
+        hashed = blob if parts is None else canonical_json(hashed_part(rec, parts))
+        out.append(DocumentInput(external_id, rec, sha256(hashed).hexdigest(), blob.decode()))
     return out, rejected

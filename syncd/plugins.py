@@ -1,15 +1,21 @@
 """Kinds of sources and indexers: one type object per kind, and the registry that holds them.
 
 A kind is everything syncd knows about a ``{"type": name, ...}`` config besides the code that
-runs it: the factory, the validation of its config, which of its values are secrets, and what
-it can do (capabilities). Built-in kinds, entry-point plugins (groups ``syncd.sources`` and
+runs it: the factory, the model of its config (``config_model``: a pydantic model, from which
+both the request validation and the JSON Schema come), which of its values are secrets, and
+what it can do (capabilities). Built-in kinds, entry-point plugins (groups ``syncd.sources`` and
 ``syncd.indexers``) and kinds registered on an embedding daemon all land here the same way.
 
 A plugin may register a :class:`SourceKind` / :class:`IndexerKind`, or a plain factory (a
 class or a function ``factory(config, context)``). A plain factory is wrapped once, at
 registration, with the capabilities its class declares (``indexed_on_commit``,
-``needs_payload``, ``supports_delete``) and no config validation: any object is accepted and
-the factory checks its config when it is built.
+``needs_payload``, ``supports_delete``) and no config model: any object with its ``type`` is
+accepted and the factory checks its config when it is built.
+
+A ``config_model`` describes the config's keys (``type`` excluded, or declared as
+``Literal[name]``): with ``model_config = ConfigDict(extra="forbid")`` unknown keys are
+refused. Errors name their path (``source.count``) with pydantic's message; see
+:mod:`syncd.schema` for field types with syncd's own messages.
 """
 
 from __future__ import annotations
@@ -20,18 +26,16 @@ from importlib.metadata import entry_points
 from typing import Any
 
 import structlog
+from pydantic import BaseModel
 
 from syncd.errors import ConfigError
 from syncd.indexers.base import Indexer, IndexerContext, IndexerFactory
 from syncd.models import Connector
+from syncd.schema.kinds import HttpSourceConfig, StoreIndexerConfig, WebhookIndexerConfig
 from syncd.sources.base import SourceFactory
 from syncd.sources.secrets import connector_secrets
 
 log = structlog.get_logger("syncd.plugins")
-
-ConfigValidator = Callable[[Mapping[str, Any]], Mapping[str, str]]
-"""Checks a kind's config; returns ``{"source.url": "message", ...}`` (empty when valid),
-keys being paths from the connector body's root."""
 
 SecretsOf = Callable[[Mapping[str, Any]], Iterable[str]]
 """The secret values of a kind's config (literal or resolved), for the log redaction."""
@@ -55,13 +59,14 @@ def indexer_secrets(config: Mapping[str, Any]) -> set[str]:
 class SourceKind:
     """A kind of source.
 
+    ``config_model``: the pydantic model of its config (``None``: any object is accepted).
     ``stateful``: its instances have a ``checkpoint()`` saved with each committed page
     (:class:`syncd.sources.base.StatefulSource`).
     """
 
     name: str
     factory: SourceFactory
-    validate: ConfigValidator | None = None
+    config_model: type[BaseModel] | None = None
     secrets: SecretsOf = source_secrets
     stateful: bool = False
 
@@ -70,15 +75,19 @@ class SourceKind:
 class IndexerKind:
     """A kind of indexer.
 
+    ``config_model``: the pydantic model of its config (``None``: any object is accepted).
     ``indexed_on_commit``: its whole work is the store keeping the document, so a crawl marks
     documents indexed in the page's own transaction and they skip the queue.
     ``needs_payload``: workers load documents' payloads for it.
-    ``supports_delete``: its instances have ``async delete(document)``.
+    ``supports_delete``: its instances have ``async delete(document)``, called for documents
+    gone at the source (DESIGN.md §11); without it they are marked ``deleted`` without a call.
+    A kind that is ``indexed_on_commit`` or does not support delete deletes at once, in the
+    transaction that decides it (no queue).
     """
 
     name: str
     factory: IndexerFactory
-    validate: ConfigValidator | None = None
+    config_model: type[BaseModel] | None = None
     secrets: SecretsOf = indexer_secrets
     indexed_on_commit: bool = False
     needs_payload: bool = True
@@ -114,25 +123,28 @@ def builtin_source_kinds() -> list[SourceKind]:
     """The built-in source kinds."""
     # Imported here: the http source pulls in the transport (aiohttp), which a caller that
     # only validates bodies does not otherwise need.
-    from syncd.sources.http import HttpSource, validate_http_config
+    from syncd.sources.http import HttpSource
 
-    return [SourceKind("http", HttpSource, validate=validate_http_config, stateful=True)]
+    return [SourceKind("http", HttpSource, config_model=HttpSourceConfig, stateful=True)]
 
 
 def builtin_indexer_kinds() -> list[IndexerKind]:
     """The built-in indexer kinds."""
-    from syncd.indexers.store import StoreIndexer, validate_store_config
-    from syncd.indexers.webhook import WebhookIndexer, validate_webhook_config
+    from syncd.indexers.store import StoreIndexer
+    from syncd.indexers.webhook import WebhookIndexer
 
     return [
         IndexerKind(
             "store",
             StoreIndexer,
-            validate=validate_store_config,
+            config_model=StoreIndexerConfig,
             indexed_on_commit=True,
             needs_payload=False,
+            supports_delete=True,
         ),
-        IndexerKind("webhook", WebhookIndexer, validate=validate_webhook_config),
+        IndexerKind(
+            "webhook", WebhookIndexer, config_model=WebhookIndexerConfig, supports_delete=True
+        ),
     ]
 
 
@@ -176,7 +188,7 @@ class Registry:
                 try:
                     register(ep.name, ep.load())
                 except Exception as exc:
-                    log.error("plugin failed to load", group=group, name=ep.name, error=str(exc))
+                    log.error("plugins.load_failed", group=group, name=ep.name, error=str(exc))
 
     @property
     def source_names(self) -> frozenset[str]:

@@ -12,6 +12,11 @@ Decisions that differ from the system this design replaces, on purpose:
 - an abort changes no ``status`` and sets no ``last_synced_at``;
 - ``last_error`` is cleared whenever ``status`` becomes anything other than ``error``;
 - ``deleting`` rejects sync and PATCH.
+
+Deletions (DESIGN.md §11) are rules too: which crawl a run belongs to and whether it is full
+(:func:`crawl_of_run`), what a completed full crawl deletes or holds (:func:`succeed`, the
+guard in :func:`plan_prune`), applying held deletions (:func:`apply_held`), and which records
+of an incremental source are tombstones (:func:`split_tombstones`).
 """
 
 from __future__ import annotations
@@ -27,15 +32,21 @@ from syncd.models import (
     ABORTED_ERROR,
     Connector,
     ConnectorStatus,
+    Crawl,
+    DocOp,
     DocStatus,
     DocumentInput,
     Progress,
+    PruneAction,
+    PruneCounts,
+    PrunePlan,
     RunEnd,
     RunOutcome,
     RunStart,
     RunTrigger,
     SyncStatus,
     Transition,
+    external_id_of,
 )
 
 MSG_DELETING = "Connector is being deleted"
@@ -43,6 +54,7 @@ MSG_PAUSED = "Connector is paused"
 MSG_RUNNING = "Sync already in progress"
 MSG_NOT_RUNNING = "No sync in progress"
 MSG_DELETE_RUNNING = "Cannot delete connector while sync is running"
+MSG_NO_DELETIONS_HELD = "No deletions held"
 LAST_ERROR_MAX = 500
 
 _PATCHABLE = frozenset(
@@ -57,6 +69,10 @@ _PATCHABLE = frozenset(
         "page_retry_backoff",
         "throttle_seconds",
         "retry_on_status",
+        "prune",
+        "prune_max_fraction",
+        "full_crawl_schedule",
+        "hash_fields",
     }
 )
 
@@ -87,11 +103,15 @@ def crawl_states(c: Connector) -> tuple[Mapping[str, Any], Mapping[str, Any]]:
     return dict(s), dict(s)
 
 
-def start_state(c: Connector, *, resuming: bool) -> Mapping[str, Any]:
+def start_state(c: Connector, *, resuming: bool, full: bool = False) -> Mapping[str, Any]:
     """The state a run's source starts from: the crawl's own when resuming, else the last
-    completed crawl's."""
+    completed crawl's — or none for a fresh full crawl of an incremental source, which must
+    not send its ``since`` (a source without ``incremental`` keeps its state: a plugin's state
+    may be about something else)."""
     completed, in_progress = crawl_states(c)
-    return in_progress if resuming else completed
+    if resuming:
+        return in_progress
+    return {} if full and is_incremental(c.source) else completed
 
 
 def page_state(c: Connector, checkpoint: Mapping[str, Any]) -> dict[str, Any]:
@@ -130,10 +150,21 @@ def _idle(c: Connector, now: datetime, **changes: Any) -> Connector:
 
 
 def next_run_at(c: Connector, now: datetime) -> datetime | None:
-    """When the connector's schedule fires next after ``now`` (``None`` without a schedule)."""
-    if not c.sync_schedule:
+    """When the connector's schedules (``sync_schedule``, ``full_crawl_schedule``) fire next
+    after ``now`` (``None`` without a schedule)."""
+    fires = [
+        schedule.next_fire(cron, now, c.sync_timezone)
+        for cron in (c.sync_schedule, c.full_crawl_schedule)
+        if cron
+    ]
+    return min(fires) if fires else None
+
+
+def next_full_crawl_at(c: Connector, now: datetime) -> datetime | None:
+    """When the full-crawl schedule fires next after ``now`` (``None`` without one)."""
+    if not c.full_crawl_schedule:
         return None
-    return schedule.next_fire(c.sync_schedule, now, c.sync_timezone)
+    return schedule.next_fire(c.full_crawl_schedule, now, c.sync_timezone)
 
 
 def _fence(c: Connector, run_id: str) -> None:
@@ -200,7 +231,9 @@ def scheduled(
     ``interrupted``); leaves a younger run alone. ``NotDue`` if another instance already
     advanced the schedule, or the connector is paused, deleting or unscheduled.
     """
-    if c.next_run_at is None or c.next_run_at > now or not c.sync_schedule:
+    if c.next_run_at is None or c.next_run_at > now:
+        raise NotDue("not due")
+    if not (c.sync_schedule or c.full_crawl_schedule):
         raise NotDue("not due")
     nxt = next_run_at(c, now)
     if c.status in (ConnectorStatus.PAUSED, ConnectorStatus.DELETING):
@@ -238,17 +271,45 @@ def stale_takeover(
 # --- ending a run (all fenced by run id) ---------------------------------------------------
 
 
-def succeed(c: Connector, *, run_id: str, now: datetime) -> Transition:
-    """The crawl loop finished: ``error``/``active`` → ``active``; ``paused`` stays paused."""
+def succeed(
+    c: Connector,
+    *,
+    run_id: str,
+    now: datetime,
+    crawl: Crawl | None = None,
+    counts: PruneCounts | None = None,
+    immediate: bool = False,
+) -> Transition:
+    """The crawl loop finished: ``error``/``active`` → ``active``; ``paused`` stays paused.
+
+    When the run completed a full crawl (``crawl``, the one whose documents it stamped, is
+    the connector's and ``full``), the live documents it did not see are pruned as
+    :func:`plan_prune` decides from ``counts``, ``deletions_held`` is recomputed, and a
+    full-crawl schedule is due again at its next fire.
+    """
     _fence(c, run_id)
     status = (
         ConnectorStatus.PAUSED if c.status is ConnectorStatus.PAUSED else ConnectorStatus.ACTIVE
     )
+    changes: dict[str, Any] = {}
+    plan: PrunePlan | None = None
+    if crawl is not None and crawl.full and c.crawl_id == crawl.id:
+        changes["next_full_crawl_at"] = next_full_crawl_at(c, now)
+        plan = plan_prune(c, counts, crawl_id=crawl.id, run_id=run_id, immediate=immediate)
+        held = plan is not None and plan.action is PruneAction.HOLD_UNSEEN
+        changes["deletions_held"] = counts.unseen if held and counts is not None else 0
     done = _with_status(
-        _idle(c, now, last_synced_at=now, resume_cursor=None, source_state=_promote_crawl(c)),
+        _idle(
+            c,
+            now,
+            last_synced_at=now,
+            resume_cursor=None,
+            source_state=_promote_crawl(c),
+            **changes,
+        ),
         status,
     )
-    return Transition(done, ends=(RunEnd(run_id, RunOutcome.SUCCEEDED, now),))
+    return Transition(done, ends=(RunEnd(run_id, RunOutcome.SUCCEEDED, now),), prune=plan)
 
 
 def fail(c: Connector, *, run_id: str, error: str, now: datetime) -> Transition:
@@ -279,6 +340,109 @@ def abort(c: Connector, *, now: datetime) -> Transition:
     check_abort(c)
     ends = (RunEnd(c.run_id, RunOutcome.ABORTED, now, "Aborted"),) if c.run_id else ()
     return Transition(_idle(c, now), ends=ends)
+
+
+# --- crawls and deletions (DESIGN.md §11) ------------------------------------------------
+
+PRUNE_GUARD_MIN = 10
+"""The guard holds a completed crawl's deletions only when there are more than this many."""
+
+
+def is_incremental(source: Mapping[str, Any]) -> bool:
+    """Whether a source config crawls incrementally (``incremental`` set). A source without
+    it (a plugin too) is crawled in full: a plugin that crawls incrementally on its own must
+    declare ``incremental`` or set ``prune: false``."""
+    return isinstance(source.get("incremental"), Mapping)
+
+
+def full_crawl_due(c: Connector, now: datetime) -> bool:
+    """Whether a crawl starting fresh at ``now`` is a full crawl: always for a source that is
+    not incremental; for an incremental one, once its ``full_crawl_schedule`` has fired and
+    until a full crawl completes. Never for a source with ``max_pages``: a crawl it cut short
+    looks complete, and what it did not reach must not be taken as gone."""
+    if c.source.get("max_pages") is not None:
+        return False
+    if not is_incremental(c.source):
+        return True
+    return c.next_full_crawl_at is not None and c.next_full_crawl_at <= now
+
+
+def crawl_of_run(c: Connector, *, resuming: bool, now: datetime, new_crawl_id: str) -> Crawl | None:
+    """The crawl a run continues (``resuming``: the connector's current one) or starts (as
+    ``new_crawl_id``). ``None`` for a resumed crawl begun before crawls were stamped: it
+    cannot prune."""
+    if resuming:
+        return Crawl(c.crawl_id, c.crawl_full) if c.crawl_id is not None else None
+    return Crawl(new_crawl_id, full_crawl_due(c, now))
+
+
+def plan_prune(
+    c: Connector,
+    counts: PruneCounts | None,
+    *,
+    crawl_id: str,
+    run_id: str,
+    immediate: bool,
+) -> PrunePlan | None:
+    """What a completed full crawl does with the live documents it did not see: nothing when
+    ``prune`` is off or there are none; hold them (the guard) when they are more than
+    ``prune_max_fraction`` of the live documents and more than :data:`PRUNE_GUARD_MIN`;
+    delete them otherwise."""
+    if not c.prune or counts is None or counts.unseen <= 0:
+        return None
+    guarded = counts.unseen > c.prune_max_fraction * counts.live and counts.unseen > PRUNE_GUARD_MIN
+    action = PruneAction.HOLD_UNSEEN if guarded else PruneAction.DELETE_UNSEEN
+    return PrunePlan(action, crawl_id=crawl_id, immediate=immediate, run_id=run_id)
+
+
+def apply_held(c: Connector, *, now: datetime, immediate: bool) -> Transition:
+    """``POST …/deletions/apply``: delete what the guard held; :class:`Conflict` (``No
+    deletions held``) when nothing is held, or while the connector is being deleted."""
+    if c.status is ConnectorStatus.DELETING:
+        raise Conflict(MSG_DELETING)
+    if c.deletions_held <= 0:
+        raise Conflict(MSG_NO_DELETIONS_HELD)
+    plan = PrunePlan(PruneAction.DELETE_HELD, immediate=immediate)
+    return Transition(replace(c, deletions_held=0, updated_at=now), prune=plan)
+
+
+def deleted_field(source: Mapping[str, Any]) -> str | None:
+    """The dotted path of an incremental source's tombstone flag, if it has one."""
+    incremental = source.get("incremental")
+    if not isinstance(incremental, Mapping):
+        return None
+    path = incremental.get("deleted_field")
+    return path if isinstance(path, str) and path else None
+
+
+def is_tombstone(record: Any, path: Sequence[str]) -> bool:
+    """Whether ``record``'s field at ``path`` marks it deleted: any value but a missing one,
+    ``null`` or ``false`` (``true``, a ``deleted_at`` timestamp, …)."""
+    value: Any = record
+    for part in path:
+        if not isinstance(value, Mapping) or part not in value:
+            return False
+        value = value[part]
+    return value is not None and value is not False
+
+
+def split_tombstones(
+    records: Sequence[Any], field: str, id_field: str
+) -> tuple[list[Any], list[str]]:
+    """A page's records without its tombstones, and the external ids the tombstones delete
+    (a tombstone without a usable id is kept with the records, to be rejected as a record)."""
+    path, id_path = field.split("."), id_field.split(".")
+    live: list[Any] = []
+    gone: list[str] = []
+    for record in records:
+        if is_tombstone(record, path):
+            try:
+                gone.append(external_id_of(record, id_path))
+                continue
+            except ValueError:
+                pass
+        live.append(record)
+    return live, gone
 
 
 # --- configuration and lifecycle --------------------------------------------------------
@@ -312,10 +476,13 @@ def patch(c: Connector, changes: Mapping[str, Any], *, now: datetime) -> Transit
     reschedule = (
         "sync_schedule" in changes
         or "sync_timezone" in changes
+        or "full_crawl_schedule" in changes
         or (status is ConnectorStatus.ACTIVE and c.status is not ConnectorStatus.ACTIVE)
     )
     if reschedule:
         updated = replace(updated, next_run_at=next_run_at(updated, now))
+    if "full_crawl_schedule" in changes or "sync_timezone" in changes:
+        updated = replace(updated, next_full_crawl_at=next_full_crawl_at(updated, now))
     return Transition(updated)
 
 
@@ -347,17 +514,21 @@ class ExistingDocument:
     content_hash: str
     status: DocStatus
     error: str | None
+    op: DocOp = DocOp.INDEX
 
 
 def must_write(existing: ExistingDocument | None, content_hash: str) -> bool:
-    """Whether a crawled document with ``content_hash`` is written (``pending``, attempts and
-    error reset) and enqueued: when it is new, when its content hash changed, or when it was
-    failed by an abort. Any other stored document is left as it is: an unchanged indexed,
-    pending, running or failed document is not enqueued again."""
+    """Whether a crawled document with ``content_hash`` is written (``pending`` with ``op =
+    index``, attempts and error reset) and enqueued: when it is new, when its content hash
+    changed, when it was failed by an abort, or when it is deleted or being deleted (it
+    reappeared at the source). Any other stored document is left as it is: an unchanged
+    indexed, pending, running or failed document is not enqueued again."""
     return (
         existing is None
         or existing.content_hash != content_hash
         or (existing.status is REQUEUE_STATUS and existing.error == REQUEUE_ERROR)
+        or existing.status is DocStatus.DELETED
+        or existing.op is DocOp.DELETE
     )
 
 

@@ -57,11 +57,11 @@ def _reload(daemon: Daemon) -> None:
     try:
         fresh = Config.load(path)
     except ConfigError as exc:
-        log.error("reload failed; keeping the running configuration", error=str(exc))
+        log.error("runner.reload_failed", error=str(exc))
         return
     # Logged before the new level applies, so that lowering the level still records it.
     log.info(
-        "configuration reloaded",
+        "runner.reloaded",
         path=str(path) if path else None,
         log_level=fresh.log.level,
         tick_seconds=fresh.scheduler.tick_seconds,
@@ -84,7 +84,7 @@ async def run_service(config: Config) -> int:
         nonlocal signals_seen
         signals_seen += 1
         if signals_seen > 1:
-            log.warning("second stop signal: exiting now")
+            log.warning("runner.exit_now")
             os._exit(EXIT_NOW)
         systemd.notify("STOPPING=1")
         stop.set()
@@ -95,8 +95,10 @@ async def run_service(config: Config) -> int:
         loop.add_signal_handler(sig, on_stop_signal)
     try:
         await daemon.start()
+    except ConfigError:
+        raise  # the CLI exits 2 (e.g. a backend's driver not installed): not restarted
     except (SyncdError, OSError) as exc:
-        log.error("syncd could not start", error=str(exc))
+        log.error("runner.start_failed", error=str(exc))
         return 1
     loop.add_signal_handler(signal.SIGHUP, _reload, daemon)
     failures: list[str] = []
@@ -127,9 +129,9 @@ async def run_service(config: Config) -> int:
     try:
         await stop.wait()
         if failures:
-            log.error("stopping: a side task failed for good", failures=failures)
+            log.error("runner.fatal", failures=failures)
         else:
-            log.info("stopping")
+            log.info("runner.stopping")
     finally:
         if fatal is not None:
             fatal.remove_done_callback(on_daemon_fatal)

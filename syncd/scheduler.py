@@ -60,7 +60,7 @@ class Scheduler:
             except Exception as exc:
                 # One failed tick never ends the scheduler; the next tick tries again.
                 log.warning(
-                    "scheduler tick failed",
+                    "scheduler.tick_failed",
                     error=str(exc),
                     exc_info=not isinstance(exc, SyncdError),
                 )
@@ -91,7 +91,7 @@ class Scheduler:
                 continue
             if after.run_id != run_id:
                 log.info(
-                    "scheduled sync skipped",
+                    "scheduler.sync_skipped",
                     connector_id=connector.id,
                     reason="sync already running",
                     run_id=before.run_id,
@@ -101,7 +101,7 @@ class Scheduler:
             trigger = RunTrigger.SCHEDULE if idle_before else RunTrigger.STALE_LOCK
             if trigger is RunTrigger.STALE_LOCK:
                 log.warning(
-                    "stale lock taken over",
+                    "scheduler.stale_lock_taken_over",
                     connector_id=connector.id,
                     stale_run_id=before.run_id,
                     owner=before.sync_owner,

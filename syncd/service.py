@@ -14,14 +14,16 @@ import base64
 import binascii
 import contextlib
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import structlog
 
 from syncd import rules, spec
 from syncd.changes import ChangeFeed
-from syncd.errors import NotFound, SyncdError, ValidationError
+from syncd.errors import Aborted, NotFound, SyncdError, ValidationError
+from syncd.http.paginator import AsyncCursorPaginator, CancelToken
+from syncd.logs import redact
 from syncd.maintenance import QUEUE_CALL_TIMEOUT, Maintenance
 from syncd.metrics import Metrics
 from syncd.models import (
@@ -30,10 +32,13 @@ from syncd.models import (
     ConnectorStatus,
     DocStatus,
     Document,
+    DocumentInput,
     PaginatorSettings,
+    Rejection,
     Run,
     RunOutcome,
     RunTrigger,
+    document_inputs,
     new_id,
     utcnow,
 )
@@ -107,6 +112,11 @@ class ConnectorService:
         self._defaults = defaults
         self._owner = owner
 
+    @property
+    def registry(self) -> Registry:
+        """The kinds of sources and indexers this service accepts."""
+        return self._registry
+
     # --- secrets ------------------------------------------------------------------------
 
     def register_secrets(self, source: Mapping[str, Any], indexer: Mapping[str, Any]) -> None:
@@ -134,9 +144,15 @@ class ConnectorService:
         fields = spec.parse_create(body, defaults=self._defaults, kinds=self._registry)
         now = utcnow()
         connector = Connector(id=new_id(), created_at=now, updated_at=now, **fields)
-        connector = replace(connector, next_run_at=rules.next_run_at(connector, now))
+        connector = replace(
+            connector,
+            next_run_at=rules.next_run_at(connector, now),
+            next_full_crawl_at=rules.next_full_crawl_at(connector, now),
+        )
         self.register_secrets(connector.source, connector.indexer)
-        return await self._store.create_connector(connector)
+        created = await self._store.create_connector(connector)
+        await self._changes.notify(created.id)
+        return created
 
     async def get_connector(self, connector_id: str) -> Connector:
         """The connector, or ``NotFound``."""
@@ -168,6 +184,7 @@ class ConnectorService:
             connector_id, lambda c: rules.patch(c, changes, now=now)
         )
         self._indexers.forget(connector_id)
+        await self._changes.notify(connector_id)
         return after
 
     async def delete_connector(self, connector_id: str) -> None:
@@ -179,6 +196,7 @@ class ConnectorService:
         before, _ = await self._store.mutate_connector(
             connector_id, lambda c: rules.begin_delete(c, now=now), fail_documents=DELETED_ERROR
         )
+        await self._changes.notify(connector_id)
         await self._workers.cancel_connector(connector_id)
         if before.status is not ConnectorStatus.DELETING:
             await self.broadcast({"type": MSG_CANCEL_INDEXING, "connector_id": connector_id})
@@ -231,7 +249,7 @@ class ConnectorService:
             run = await self._store.get_run(run_id) if run_id else None
             trigger = run.trigger if run is not None else trigger
         self._metrics.runs.labels(trigger=str(trigger), outcome=str(RunOutcome.ABORTED)).inc()
-        await self._changes.notify()
+        await self._changes.notify(connector_id, run_id=run_id)
         return run_id
 
     async def broadcast(self, message: Mapping[str, str]) -> None:
@@ -241,7 +259,7 @@ class ConnectorService:
             await asyncio.wait_for(self._queue.publish(message), QUEUE_CALL_TIMEOUT)
         except (SyncdError, TimeoutError) as exc:
             log.warning(
-                "broadcast failed",
+                "service.broadcast_failed",
                 message_type=message.get("type"),
                 connector_id=message.get("connector_id"),
                 error=str(exc) or type(exc).__name__,
@@ -259,7 +277,7 @@ class ConnectorService:
             try:
                 await self._workers.cancel_connector(cid)
             except SyncdError as exc:
-                log.warning("indexing not cancelled", connector_id=cid, error=str(exc))
+                log.warning("service.cancel_failed", connector_id=cid, error=str(exc))
 
     async def listen(self) -> None:
         """Run until the queue closes: apply every control message as it arrives."""
@@ -310,14 +328,132 @@ class ConnectorService:
                 await self._queue.push(connector_id, ids)
             except SyncdError as exc:
                 # Pending in the store: the rebuild queues them once the queue answers.
-                log.warning("re-queued documents not pushed yet", error=str(exc))
+                log.warning("service.requeue_push_failed", error=str(exc))
                 self._maintenance.request_rebuild()
-        await self._changes.notify()
+        await self._changes.notify(connector_id)
         return len(ids)
+
+    async def apply_deletions(self, connector_id: str) -> int:
+        """Apply the deletions the guard held (DESIGN.md §11): the held documents still live
+        are deleted (at once for an indexer with nothing to call, else through the queue);
+        how many. ``Conflict`` (``No deletions held``) when none are held."""
+        connector = await self.get_connector(connector_id)
+        kind = self._registry.indexer(connector.indexer)
+        immediate = kind.indexed_on_commit or not kind.supports_delete
+        now = utcnow()
+        _, _, result = await self._store.mutate_with_prune(
+            connector_id, lambda c, _: rules.apply_held(c, now=now, immediate=immediate)
+        )
+        if result.deleted:
+            self._metrics.documents_deleted.inc(result.deleted)
+        if result.queued:
+            try:
+                await self._queue.push(connector_id, list(result.queued))
+            except SyncdError as exc:
+                # Pending in the store: the rebuild queues them once the queue answers.
+                log.warning("service.delete_push_failed", error=str(exc))
+                self._maintenance.request_rebuild()
+        log.info("service.deletions_applied", connector_id=connector_id, deleting=result.deleting)
+        await self._changes.notify(connector_id)
+        return result.deleting
 
     async def document_counts(self, connector_id: str) -> dict[DocStatus, int]:
         """Documents per status."""
         return await self._store.document_counts(connector_id)
+
+    # --- preview ------------------------------------------------------------------------
+
+    async def preview(self, body: Mapping[str, Any]) -> Preview:
+        """Fetch the first pages of a connector body (``{"connector": {...}}``) or of an
+        existing connector (``{"connector_id": "..."}``) the way a run would (its source, its
+        paginator keys, from the start of a fresh crawl), writing nothing.
+
+        ``pages`` (1 to 10, default 1) and ``timeout_seconds`` (1 to 60, default 10) bound it.
+        ``ValidationError`` for a bad body, ``NotFound`` for an unknown connector. A source
+        that fails, or the time limit, is the preview's result (``Preview.error``), not an
+        exception. Cancelling the caller cancels the request in flight.
+        """
+        pages_max, timeout = _preview_options(body)
+        existing = "connector_id" in body
+        connector = await self._preview_connector(body)
+        id_field = str(connector.source.get("id_field", "id"))
+        token = CancelToken()
+        # The token, not a cancellation, ends a preview that runs out of time: the paginator
+        # turns it into Aborted whether it was fetching or sleeping between retries.
+        deadline = asyncio.get_running_loop().call_later(timeout, token.cancel)
+        request: Mapping[str, Any] | None = None
+        pages: list[PreviewPage] = []
+        try:
+            # The engine builds the source as a run does: the shared transport, its secrets
+            # registered for masking, the state of the last completed crawl.
+            source = self._engine.build_source(connector, resuming=False)
+            describe = getattr(source, "describe_request", None)
+            request = describe(None) if callable(describe) else None
+            paginator = AsyncCursorPaginator(
+                source.fetch_page,
+                max_retries=connector.page_retries,
+                backoff_factor=connector.page_retry_backoff,
+                retry_on_status=tuple(connector.retry_on_status),
+                throttle_seconds=connector.throttle_seconds,
+                cancel_token=token,
+            )
+            async for page in paginator:
+                docs, rejected = document_inputs(page.records, id_field, connector.hash_fields)
+                found = PreviewPage(
+                    len(page.records),
+                    tuple(d.external_id for d in docs),
+                    tuple(rejected),
+                    page.next_cursor,
+                )
+                if existing:
+                    found = await self._compare(connector.id, docs, found)
+                pages.append(found)
+                if len(pages) >= pages_max:
+                    break
+        except Aborted:
+            return Preview(request, tuple(pages), f"Preview stopped: time limit of {timeout:g} s")
+        except Exception as exc:  # any source failure is what the preview found
+            log.info("service.preview_failed", connector_id=connector.id, error=str(exc))
+            return Preview(request, tuple(pages), _describe_error(exc))
+        finally:
+            deadline.cancel()
+        return Preview(request, tuple(pages))
+
+    async def _preview_connector(self, body: Mapping[str, Any]) -> Connector:
+        """The connector a preview names, or the one its ``connector`` body would create."""
+        if "connector_id" in body:
+            connector_id = body["connector_id"]
+            if spec.text_problem(connector_id):  # no store holds such an id
+                raise NotFound()
+            return await self.get_connector(connector_id)
+        try:
+            fields = spec.parse_create(
+                body["connector"], defaults=self._defaults, kinds=self._registry
+            )
+        except ValidationError as exc:
+            raise ValidationError(
+                {"connector" if k == "body" else f"connector.{k}": v for k, v in exc.errors.items()}
+            ) from None
+        now = utcnow()
+        return Connector(id=f"preview-{new_id()}", created_at=now, updated_at=now, **fields)
+
+    async def _compare(
+        self, connector_id: str, docs: list[DocumentInput], page: PreviewPage
+    ) -> PreviewPage:
+        """``page`` with its ids split into new, changed and unchanged against the store (one
+        lookup per id: a preview reads at most ten pages)."""
+        new: list[str] = []
+        changed: list[str] = []
+        unchanged: list[str] = []
+        for doc in docs:
+            stored = await self._store.get_document(connector_id, doc.external_id)
+            if stored is None:
+                new.append(doc.external_id)
+            elif stored.content_hash == doc.content_hash:
+                unchanged.append(doc.external_id)
+            else:
+                changed.append(doc.external_id)
+        return replace(page, new=tuple(new), changed=tuple(changed), unchanged=tuple(unchanged))
 
 
 def _page(rows: list[Any], limit: int, key: Any) -> tuple[list[Any], str | None]:
@@ -325,3 +461,63 @@ def _page(rows: list[Any], limit: int, key: Any) -> tuple[list[Any], str | None]
     more = len(rows) > limit
     rows = rows[:limit]
     return rows, (encode_cursor(key(rows[-1])) if more and rows else None)
+
+
+# --- preview ------------------------------------------------------------------------------
+
+PREVIEW_PAGES_MAX = 10
+PREVIEW_TIMEOUT_MAX = 60
+PREVIEW_FIELDS = ("connector", "connector_id", "pages", "timeout_seconds")
+
+
+@dataclass(frozen=True)
+class PreviewPage:
+    """One fetched page: its record count, the external ids of its records, the records
+    rejected (index in the page and reason) and the cursor of the page after it. For an
+    existing connector its ids are also split by how they compare with the stored documents
+    (``None`` for a connector body, which has none)."""
+
+    records: int
+    ids: tuple[str, ...]
+    rejected: tuple[Rejection, ...]
+    next_cursor: str | None
+    new: tuple[str, ...] | None = None
+    changed: tuple[str, ...] | None = None
+    unchanged: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class Preview:
+    """What a preview found: the first request (``method``, ``url``, ``headers``, secrets
+    masked; ``None`` for a source that cannot describe it), the pages fetched, and why it
+    stopped early, if it did (the source failed, or the time limit), keeping the pages
+    fetched before."""
+
+    request: Mapping[str, Any] | None
+    pages: tuple[PreviewPage, ...]
+    error: str | None = None
+
+
+def _preview_options(body: Mapping[str, Any]) -> tuple[int, float]:
+    """``(pages, timeout_seconds)`` of a preview body, after checking its shape."""
+    errors: dict[str, str] = {}
+    spec.check_unknown(body, PREVIEW_FIELDS, "", errors)
+    if ("connector" in body) == ("connector_id" in body):
+        errors["body"] = "Give exactly one of 'connector' or 'connector_id'"
+    elif "connector_id" in body and not isinstance(body["connector_id"], str):
+        errors["connector_id"] = "Must be a string"
+    pages, timeout = body.get("pages", 1), body.get("timeout_seconds", 10)
+    if isinstance(pages, bool) or not isinstance(pages, int) or not 1 <= pages <= PREVIEW_PAGES_MAX:
+        errors["pages"] = f"Must be an integer between 1 and {PREVIEW_PAGES_MAX}"
+    number = isinstance(timeout, int | float) and not isinstance(timeout, bool)
+    if not number or not 1 <= timeout <= PREVIEW_TIMEOUT_MAX:
+        errors["timeout_seconds"] = f"Must be a number between 1 and {PREVIEW_TIMEOUT_MAX}"
+    if errors:
+        raise ValidationError(errors)
+    return pages, float(timeout)
+
+
+def _describe_error(exc: BaseException) -> str:
+    """A source failure as shown to the client: never a secret."""
+    text = str(exc) or type(exc).__name__
+    return redact(text if isinstance(exc, SyncdError) else f"{type(exc).__name__}: {text}")

@@ -14,7 +14,6 @@ import contextlib
 from collections.abc import (
     AsyncGenerator,
     AsyncIterator,
-    Awaitable,
     Callable,
     Collection,
     Mapping,
@@ -26,6 +25,7 @@ from typing import Any
 import structlog
 
 from syncd import rules
+from syncd.changes import Notify
 from syncd.errors import Aborted, ClientError, Fenced, NotFound, SyncdError
 from syncd.http.paginator import AsyncCursorPaginator, CancelToken
 from syncd.http.transport import Transport
@@ -34,19 +34,23 @@ from syncd.metrics import Metrics
 from syncd.models import (
     ABORTED_ERROR,
     Connector,
+    Crawl,
     DocumentInput,
     Page,
+    PruneResult,
     Rejection,
     RunOutcome,
     RunTrigger,
     Waiting,
     WaitReason,
     document_inputs,
+    new_id,
     utcnow,
 )
 from syncd.plugins import Registry
 from syncd.queue.base import WorkQueue
 from syncd.sources.base import Source, SourceContext, StatefulSource
+from syncd.sources.threaded import as_async
 from syncd.store.base import Store
 from syncd.tasks import cancel_and_wait
 
@@ -67,6 +71,10 @@ class _Handle:
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     done: asyncio.Event = field(default_factory=asyncio.Event)
     note: str | None = None
+    # The crawl this run stamps (None: a crawl begun before crawls were stamped), and whether
+    # its deletions are done at once (the indexer has no delete call to make).
+    crawl: Crawl | None = None
+    delete_now: bool = True
 
 
 class SyncEngine:
@@ -81,7 +89,7 @@ class SyncEngine:
         registry: Registry,
         metrics: Metrics,
         heartbeat_seconds: float = 1.0,
-        on_change: Callable[[], Awaitable[None]] | None = None,
+        on_change: Notify | None = None,
         on_push_failed: Callable[[], None] | None = None,
     ) -> None:
         self._store = store
@@ -164,9 +172,14 @@ class SyncEngine:
     async def _run(self, connector: Connector, handle: _Handle) -> None:
         run_id = handle.run_id
         cid = connector.id
-        structlog.contextvars.bind_contextvars(connector_id=cid, run_id=run_id)
+        structlog.contextvars.bind_contextvars(
+            connector_id=cid, connector=connector.name, run_id=run_id
+        )
+        self._metrics.run_started(run_id)
         heartbeat = asyncio.create_task(self._heartbeat(handle), name=f"heartbeat:{cid}")
         try:
+            if self._on_change is not None:  # the run started (the claim wrote its row)
+                await self._on_change(cid, run_id=run_id)
             await self._crawl(connector, handle)
         except asyncio.CancelledError:
             handle.stopping = True  # one attempt at the final write, no retry loop
@@ -176,13 +189,13 @@ class SyncEngine:
             if handle.stopping:
                 await self._end(handle, RunOutcome.INTERRUPTED)
             else:
-                log.info("sync stopped: aborted")
+                await self._ended(handle, RunOutcome.ABORTED)
         except Exception as exc:
             if handle.token.cancelled and not handle.stopping:
                 # An abort already set the state; what the unwinding raised is logged only.
-                log.warning("error while an aborted run unwound", error=str(exc))
+                log.warning("sync.abort_unwind_error", error=str(exc))
             else:
-                log.error("sync failed", error=str(exc), exc_type=type(exc).__name__)
+                log.error("sync.failed", error=str(exc), exc_type=type(exc).__name__)
                 await self._end(handle, RunOutcome.FAILED, _describe(exc))
         else:
             await self._end(handle, RunOutcome.SUCCEEDED)
@@ -195,7 +208,8 @@ class SyncEngine:
                     del self._runs[cid]
                 self._handles.discard(handle)
                 handle.done.set()
-                structlog.contextvars.unbind_contextvars("connector_id", "run_id")
+                self._metrics.run_gone(run_id)
+                structlog.contextvars.unbind_contextvars("connector_id", "connector", "run_id")
 
     async def _crawl(self, connector: Connector, handle: _Handle) -> None:
         cid = connector.id
@@ -215,21 +229,31 @@ class SyncEngine:
         # Why this run starts over instead of resuming, recorded on the run with its first
         # page (e.g. a PATCH changed the source).
         handle.note = None if resuming else rules.reset_reason(connector)
-        log.info("sync started", resuming=resuming, note=handle.note)
+        log.info("sync.started", trigger=str(handle.trigger), resuming=resuming, note=handle.note)
         if resuming:
             try:
                 await self._paginate(connector, handle, connector.resume_cursor)
                 return
             except _CursorRejected as exc:
-                log.warning("source rejected the resume cursor; starting over", status=exc.status)
+                log.warning("sync.resume_rejected", status=exc.status)
                 handle.note = f"resume cursor rejected with HTTP {exc.status}; started over"
         await self._paginate(connector, handle, None)
 
     async def _paginate(self, connector: Connector, handle: _Handle, start: str | None) -> None:
         cid = connector.id
-        source = self._build_source(connector, resuming=start is not None, handle=handle)
+        resuming = start is not None
+        crawl = rules.crawl_of_run(
+            connector, resuming=resuming, now=utcnow(), new_crawl_id=new_id()
+        )
+        handle.crawl = crawl
+        source = self.build_source(
+            connector, resuming=resuming, handle=handle, full=crawl is not None and crawl.full
+        )
         id_field = str(connector.source.get("id_field", "id"))
-        indexed = self._registry.indexer(connector.indexer).indexed_on_commit
+        tombstones = rules.deleted_field(connector.source)
+        kind = self._registry.indexer(connector.indexer)
+        indexed = kind.indexed_on_commit
+        handle.delete_now = indexed or not kind.supports_delete
         pages = AsyncCursorPaginator(
             _guard_resume(source, start, connector.retry_on_status),
             max_retries=connector.page_retries,
@@ -251,10 +275,19 @@ class SyncEngine:
                 if handle.waiting is not None:
                     handle.waiting = None
                     handle.wake.set()  # show it at once, not at the next heartbeat
-                docs, rejected = document_inputs(page.records, id_field)
+                records: list[Any] = page.records
+                gone: list[str] = []
+                if tombstones is not None:
+                    records, gone = rules.split_tombstones(records, tombstones, id_field)
+                docs, rejected = document_inputs(records, id_field, connector.hash_fields)
                 if rejected:
-                    log.warning("records rejected", count=len(rejected), reason=rejected[0].reason)
-                yield _Prepared(page.next_cursor, docs, _checkpoint(source), tuple(rejected))
+                    self._metrics.records_rejected.inc(len(rejected))
+                    log.warning(
+                        "sync.records_rejected", count=len(rejected), reason=rejected[0].reason
+                    )
+                yield _Prepared(
+                    page.next_cursor, docs, _checkpoint(source), tuple(rejected), tuple(gone)
+                )
 
         reader = _read_ahead(prepared(), name=f"fetch:{cid}")
         async with contextlib.aclosing(reader):
@@ -280,6 +313,9 @@ class SyncEngine:
                 indexed=indexed,
                 rejected=item.rejected,
                 note=handle.note,
+                crawl=handle.crawl,
+                deletions=item.deletions,
+                delete_now=handle.delete_now,
             )
             handle.note = None
             if ids and not indexed:
@@ -292,18 +328,23 @@ class SyncEngine:
                         self._on_push_failed()
                     raise
             if self._on_change is not None:
-                await self._on_change()
+                await self._on_change(cid)
             # On a graceful stop the token is set: the next fetch raises Aborted, but pages
             # already fetched are still committed first, so the run resumes after them.
 
-    def _build_source(
-        self, connector: Connector, resuming: bool, handle: _Handle | None = None
+    def build_source(
+        self,
+        connector: Connector,
+        resuming: bool,
+        handle: _Handle | None = None,
+        *,
+        full: bool = False,
     ) -> Source:
         kind = self._registry.source(connector.source)
         context = SourceContext(
             connector_id=connector.id,
             transport=self._transport,
-            state=rules.start_state(connector, resuming=resuming),
+            state=rules.start_state(connector, resuming=resuming, full=full),
             resuming=resuming,
             on_wait=(
                 (lambda reason, seconds: self._on_wait(handle, reason, seconds))
@@ -314,7 +355,8 @@ class SyncEngine:
         # Plugin sources do not register their secrets themselves.
         for secret in self._registry.secrets(connector.source, connector.indexer):
             register_secret(secret)
-        return kind.factory(connector.source, context)
+        # A plugin's plain ``def fetch_page`` (a blocking SDK) runs in a worker thread.
+        return as_async(kind.factory(connector.source, context))
 
     def _on_wait(self, handle: _Handle, reason: WaitReason, seconds: float) -> None:
         handle.waiting = Waiting(reason, utcnow() + timedelta(seconds=seconds))
@@ -338,48 +380,112 @@ class SyncEngine:
             try:
                 await self._report(handle)
             except SyncdError as exc:
-                log.warning("heartbeat failed", error=str(exc))
+                log.warning("sync.heartbeat_failed", error=str(exc))
             else:
                 if self._on_change is not None:
-                    await self._on_change()
+                    await self._on_change(handle.connector_id)
 
     async def _end(self, handle: _Handle, outcome: RunOutcome, error: str | None = None) -> None:
         """Write the run's final transition (fenced); a refused write is only logged."""
         cid, run_id = handle.connector_id, handle.run_id
         now = utcnow()
+        crawl = handle.crawl
 
         def change(c: Connector) -> Any:
-            if outcome is RunOutcome.SUCCEEDED:
-                return rules.succeed(c, run_id=run_id, now=now)
             if outcome is RunOutcome.FAILED:
                 return rules.fail(c, run_id=run_id, error=error or "failed", now=now)
             return rules.interrupt(c, run_id=run_id, now=now)
 
+        def succeed(c: Connector, counts: Any) -> Any:
+            # A completed full crawl prunes in the success transition's own transaction.
+            return rules.succeed(
+                c, run_id=run_id, now=now, crawl=crawl, counts=counts, immediate=handle.delete_now
+            )
+
         delay = 0.1
+        pruned = PruneResult()
         while True:
             try:
                 # Shielded: the final write must land even if shutdown cancels the run task.
-                await asyncio.shield(self._store.mutate_connector(cid, change))
+                if outcome is RunOutcome.SUCCEEDED:
+                    unseen_by = crawl.id if crawl is not None and crawl.full else None
+                    _, _, pruned = await asyncio.shield(
+                        self._store.mutate_with_prune(cid, succeed, unseen_by=unseen_by)
+                    )
+                else:
+                    await asyncio.shield(self._store.mutate_connector(cid, change))
                 break
             except (Fenced, NotFound):
-                log.info("run no longer current; final state not written", outcome=outcome)
+                log.info("sync.end_fenced", outcome=outcome)
                 return
             except SyncdError as exc:
                 # Giving up would leave the connector `running` until a stale-lock takeover:
                 # keep trying while the store is away. A shutdown gives up (the next start
                 # finds the run orphaned: abort or the scheduler clears it).
                 if handle.stopping:
-                    log.error(
-                        "could not record the end of the run", outcome=outcome, error=str(exc)
-                    )
+                    log.error("sync.end_not_recorded", outcome=outcome, error=str(exc))
                     return
-                log.warning(
-                    "end of the run not recorded yet; retrying", outcome=outcome, error=str(exc)
-                )
+                log.warning("sync.end_retry", outcome=outcome, error=str(exc))
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
         self._metrics.runs.labels(trigger=str(handle.trigger), outcome=str(outcome)).inc()
-        log.info("sync ended", outcome=outcome)
+        await self._ended(handle, outcome)
+        await self._pruned(cid, pruned)
+        if self._on_change is not None:
+            await self._on_change(cid, run_id=run_id)
+
+    async def _pruned(self, connector_id: str, result: PruneResult) -> None:
+        """Enqueue the deletes a completed crawl decided; count and log what it did."""
+        if result.held:
+            self._metrics.deletions_held.inc(result.held)
+            log.warning(
+                "sync.deletions_held",
+                deletions_held=result.held,
+                hint="the crawl would delete too many documents; apply them with "
+                "POST /connectors/{id}/deletions/apply",
+            )
+        if result.deleted:
+            self._metrics.documents_deleted.inc(result.deleted)
+        if result.deleting:
+            log.info("sync.documents_gone", deleting=result.deleting)
+        if result.queued:
+            try:
+                await self._queue.push(connector_id, list(result.queued))
+            except SyncdError as exc:
+                # Pending in the store: the rebuild queues them once the queue answers.
+                log.warning("sync.delete_push_failed", error=str(exc))
+                if self._on_push_failed is not None:
+                    self._on_push_failed()
+
+    async def _ended(self, handle: _Handle, outcome: RunOutcome) -> None:
+        """Observe the run's duration and log its end with its counts, read once from its
+        run row (whose outcome wins if it was recorded); without them if the store does not
+        answer."""
+        counts: dict[str, Any] = {}
+        try:
+            run = await self._store.get_run(handle.run_id)
+        except SyncdError as exc:
+            counts["counts_error"] = str(exc)
+        else:
+            if run is not None:
+                if run.outcome is not RunOutcome.RUNNING:
+                    outcome = run.outcome
+                counts = {
+                    "pages": run.pages,
+                    "documents_seen": run.documents_seen,
+                    "documents_enqueued": run.documents_enqueued,
+                    "documents_rejected": run.documents_rejected,
+                    "documents_deleted": run.deleted,
+                    "deletions_held": run.deletions_held,
+                }
+        seconds = self._metrics.run_ended(handle.run_id, handle.trigger, outcome)
+        log.info(
+            "sync.ended",
+            trigger=str(handle.trigger),
+            outcome=str(outcome),
+            duration_seconds=round(seconds, 3),
+            **counts,
+        )
 
 
 _END = object()
@@ -393,6 +499,7 @@ class _Prepared:
     documents: list[DocumentInput]
     state: Mapping[str, Any]
     rejected: tuple[Rejection, ...] = ()  # records that did not become documents
+    deletions: tuple[str, ...] = ()  # external ids of tombstones
 
 
 async def _read_ahead(

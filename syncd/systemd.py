@@ -47,7 +47,7 @@ def notify(*messages: str, environ: Mapping[str, str] = os.environ) -> bool:
         return False
     address = _notify_address(target)
     if address is None:
-        _log.warning("unsupported NOTIFY_SOCKET address", notify_socket=target)
+        _log.warning("systemd.notify_socket_unsupported", notify_socket=target)
         return False
     # One assignment per line: a newline inside a value (an error message in STATUS=) must
     # not be read as a second assignment.
@@ -58,7 +58,7 @@ def notify(*messages: str, environ: Mapping[str, str] = os.environ) -> bool:
             sock.setblocking(False)
             sock.sendto(payload, address)
     except OSError as exc:
-        _log.warning("sd_notify failed", notify_socket=target, error=str(exc))
+        _log.warning("systemd.notify_failed", notify_socket=target, error=str(exc))
         return False
     return True
 
@@ -141,7 +141,7 @@ def listen_sockets(
             return []
         n = int(count)
     except ValueError:
-        _log.warning("ignoring malformed LISTEN_PID/LISTEN_FDS", listen_pid=pid, listen_fds=count)
+        _log.warning("systemd.listen_fds_malformed", listen_pid=pid, listen_fds=count)
         return []
     sockets: list[socket.socket] = []
     for fd in range(LISTEN_FDS_START, LISTEN_FDS_START + max(n, 0)):

@@ -45,7 +45,7 @@ def _report_outcome(task: asyncio.Task[Any]) -> None:
         return
     exc = task.exception()
     if exc is not None:
-        log.error("task failed", task=task.get_name(), error=describe(exc), exc_info=exc)
+        log.error("task.failed", task=task.get_name(), error=describe(exc), exc_info=exc)
 
 
 async def cancel_and_wait(task: asyncio.Task[Any], *, timeout: float | None = None) -> None:
@@ -76,7 +76,7 @@ async def cancel_and_wait(task: asyncio.Task[Any], *, timeout: float | None = No
         task.add_done_callback(_report_outcome)
         raise
     if not done:
-        log.warning("task did not stop when cancelled", task=task.get_name(), timeout=timeout)
+        log.warning("task.not_stopped", task=task.get_name(), timeout=timeout)
         task.add_done_callback(_report_outcome)
         return
     _report_outcome(task)
@@ -208,9 +208,7 @@ class Supervisor:
                 error = TaskReturned("returned; it should run until stopped")
             if child.finishing:
                 if not isinstance(error, TaskReturned):
-                    log.warning(
-                        "task failed while finishing", task=child.name, error=describe(error)
-                    )
+                    log.warning("task.failed_finishing", task=child.name, error=describe(error))
                 return
             delay = self._next_delay(child, ran=self._clock() - started)
             if delay is None:
@@ -218,7 +216,7 @@ class Supervisor:
                 return
             child.problem = f"restarting: {describe(error)}"
             log.error(
-                "task died",
+                "task.died",
                 task=child.name,
                 error=describe(error),
                 next_attempt_in=delay,
@@ -232,7 +230,7 @@ class Supervisor:
             if child.finishing:
                 return
             child.problem = None
-            log.info("task restarted", task=child.name)
+            log.info("task.restarted", task=child.name)
 
     def _next_delay(self, child: _Child, *, ran: float) -> float | None:
         """The wait before the restart that follows a death, or None: give up."""
@@ -254,7 +252,7 @@ class Supervisor:
     def _give_up(self, child: _Child, error: BaseException) -> None:
         child.problem = f"failed: {describe(error)}"
         log.critical(
-            "task failed for good",
+            "task.fatal",
             task=child.name,
             error=describe(error),
             restart=child.restart,
@@ -264,9 +262,9 @@ class Supervisor:
         try:
             self._on_fatal(child.name, error)
         except Exception:
-            log.exception("on_fatal callback failed", task=child.name)
+            log.exception("task.on_fatal_failed", task=child.name)
 
     def _watch_ended(self, task: asyncio.Task[None]) -> None:
         # _watch only ends by cancellation or after _give_up; anything else is a bug here.
         if not task.cancelled() and task.exception() is not None:
-            log.error("supervisor bug", task=task.get_name(), exc_info=task.exception())
+            log.error("task.supervisor_bug", task=task.get_name(), exc_info=task.exception())

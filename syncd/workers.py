@@ -9,7 +9,13 @@ groups, at least every :data:`FLUSH_SECONDS`) and renews the lease every third o
 indexer. A result written after an abort or a delete (the document is no longer ``running``
 under this lease) is refused by the store; a renewal that finds none of the batch's
 documents still held cancels the indexing. A sweeper returns documents whose lease expired
-(their worker died) to ``pending`` and re-enqueues them.
+(their worker died) to ``pending`` and re-enqueues them, and purges tombstones (``deleted``
+documents) older than the retention.
+
+A document whose ``op`` is ``delete`` (DESIGN.md §11) travels the same way — claimed, leased,
+fenced — and is deleted through the indexer's ``delete(document)``; it then reads
+``deleted``. An indexer without ``delete`` (its kind does not support it) is not called: the
+document is marked ``deleted``.
 """
 
 from __future__ import annotations
@@ -17,18 +23,27 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import timedelta
-from typing import Any
+from datetime import datetime, timedelta
+from typing import Any, cast
 
 import structlog
 
+from syncd.changes import Notify
 from syncd.errors import SyncdError
-from syncd.indexers.base import Indexer
+from syncd.indexers.base import DeletingIndexer, Indexer
 from syncd.logs import redact
 from syncd.metrics import Metrics
-from syncd.models import Connector, ConnectorStatus, DocStatus, Document, new_id, utcnow
+from syncd.models import (
+    Connector,
+    ConnectorStatus,
+    DocOp,
+    DocStatus,
+    Document,
+    new_id,
+    utcnow,
+)
 from syncd.plugins import IndexerKind
 from syncd.queue.base import Batch, WorkQueue
 from syncd.store.base import Store
@@ -54,6 +69,9 @@ class _Job:
     total: int
     results: list[Result] = field(default_factory=list)
     produced: int = 0
+    # Documents of the batch that failed, and the first failure: logged once per batch.
+    failed: int = 0
+    first_failure: tuple[str, str | None] | None = None
     task: asyncio.Task[None] = field(init=False)
 
     @property
@@ -77,10 +95,12 @@ class Workers:
         index_timeout: float = 30.0,
         lease_seconds: float = 300.0,
         poll_timeout: float = 1.0,
-        on_change: Callable[[], Awaitable[None]] | None = None,
+        on_change: Notify | None = None,
         on_push_failed: Callable[[], None] | None = None,
+        deleted_retention: timedelta | None = None,
     ) -> None:
         self._store = store
+        self._deleted_retention = deleted_retention
         self._queue = queue
         self._indexer_for = indexer_for
         self._metrics = metrics
@@ -118,7 +138,7 @@ class Workers:
                 cancelled += await self._renew(job)
             except SyncdError as exc:
                 # The lease heartbeat asks again.
-                log.warning("could not check leases", connector_id=connector_id, error=str(exc))
+                log.warning("worker.lease_check_failed", connector_id=connector_id, error=str(exc))
         return cancelled
 
     @property
@@ -152,7 +172,7 @@ class Workers:
             try:
                 batch = await self._queue.pop(self._batch_size, self._poll_timeout)
             except SyncdError as exc:
-                log.warning("queue unavailable", error=str(exc))
+                log.warning("worker.queue_unavailable", error=str(exc))
                 await self._pause()
                 continue
             finally:
@@ -165,7 +185,7 @@ class Workers:
                 # One batch never ends a worker. The store is the truth: the batch was handed
                 # back, and documents not recorded come back through the lease sweeper.
                 log.warning(
-                    "batch not processed",
+                    "worker.batch_failed",
                     connector_id=batch.connector_id,
                     error=str(exc),
                     exc_info=not isinstance(exc, SyncdError),
@@ -181,6 +201,7 @@ class Workers:
         token = new_id()
         indexer: Indexer | None = None
         problem: str | None = None
+        deletes = False
         try:
             connector = await self._store.get_connector(cid)
             if connector is None or connector.status is ConnectorStatus.DELETING:
@@ -190,6 +211,7 @@ class Workers:
             try:
                 indexer, kind = self._indexer_for(connector)
                 with_payload = kind.needs_payload
+                deletes = kind.supports_delete
             except Exception as exc:
                 # Unknown type (a plugin gone) or a factory that raised: the documents are
                 # failed with the reason, visible and re-queueable once it is fixed.
@@ -212,18 +234,20 @@ class Workers:
         if indexer is None:
             await self._queue.ack(batch)
             if docs:
-                log.error("no indexer for connector", connector_id=cid, error=problem)
+                log.error("worker.no_indexer", connector_id=cid, error=problem)
                 failed = [(d.external_id, DocStatus.FAILED, problem) for d in docs]
                 await self._store.finish_documents(cid, token, failed, now=utcnow())
                 if self._on_change is not None:
-                    await self._on_change()
+                    await self._on_change(cid)
             return
         if not docs:
             await self._queue.ack(batch)
             return
         job = _Job(cid, token, len(docs))
         # Registered before any further await, so that an abort can always find it.
-        job.task = asyncio.create_task(self._index_all(indexer, docs, job), name=f"index:{cid}")
+        job.task = asyncio.create_task(
+            self._index_all(indexer, docs, job, deletes=deletes), name=f"index:{cid}"
+        )
         active = self._active.setdefault(cid, set())
         active.add(job)
         try:
@@ -237,14 +261,15 @@ class Workers:
             try:
                 await asyncio.shield(self._record(job))
             except SyncdError as exc:
-                log.warning("results not recorded", connector_id=cid, error=str(exc))
+                log.warning("worker.results_not_recorded", connector_id=cid, error=str(exc))
             await self._release(cid, token)
             raise
         finally:
             self._forget(job)
+            _log_failures(job)
         if job.task.cancelled():
             log.info(
-                "indexing cancelled: documents aborted or deleted",
+                "worker.index_cancelled",
                 connector_id=cid,
                 documents=job.total - job.produced,
             )
@@ -276,9 +301,7 @@ class Workers:
                     renew_at = loop.time() + renew_every
             except SyncdError as exc:
                 # Tried again at the next tick: renewals are due well before the lease ends.
-                log.warning(
-                    "lease or results not written", connector_id=job.connector_id, error=str(exc)
-                )
+                log.warning("worker.record_failed", connector_id=job.connector_id, error=str(exc))
         if job.task.cancelled():
             return  # taken away: its results would be refused
         job.task.result()  # re-raise what the indexing task did not catch
@@ -293,7 +316,7 @@ class Workers:
         # The indexing task may have added results meanwhile.
         del job.results[: len(group)]
         if self._on_change is not None:
-            await self._on_change()
+            await self._on_change(job.connector_id)
 
     async def _renew(self, job: _Job) -> int:
         """Renew the batch's lease; cancel its indexing when none of its documents is held
@@ -313,22 +336,30 @@ class Workers:
             await self._queue.push(batch.connector_id, batch.external_ids)
             await self._queue.ack(batch)
         except SyncdError as exc:
-            log.warning("batch not handed back", connector_id=batch.connector_id, error=str(exc))
+            log.warning("worker.handback_failed", connector_id=batch.connector_id, error=str(exc))
             if self._on_push_failed is not None:
                 self._on_push_failed()
 
-    async def _index_all(self, indexer: Indexer, docs: list[Document], job: _Job) -> None:
-        """Index the documents one after the other, adding each result to ``job``."""
+    async def _index_all(
+        self, indexer: Indexer, docs: list[Document], job: _Job, *, deletes: bool
+    ) -> None:
+        """Index (or delete) the documents one after the other, adding each result to
+        ``job``. ``deletes``: the indexer has ``delete``; otherwise a delete is only recorded."""
         observe_ok = self._metrics.index_latency.labels(outcome="indexed").observe
         observe_failed = self._metrics.index_latency.labels(outcome="failed").observe
         clock = time.perf_counter
         for doc in docs:
             started = clock()
             result: Result
+            delete = doc.op is DocOp.DELETE
             try:
                 # asyncio.timeout, not wait_for: no extra task per document.
                 async with asyncio.timeout(self._index_timeout):
-                    await indexer.index(doc)
+                    if not delete:
+                        await indexer.index(doc)
+                    elif deletes:
+                        # The kind declares it (``supports_delete``): the method is there.
+                        await cast(DeletingIndexer, indexer).delete(doc)
             except TimeoutError:
                 result = (doc.external_id, DocStatus.FAILED, "Index timeout")
                 observe_failed(clock() - started)
@@ -337,8 +368,15 @@ class Workers:
                 result = (doc.external_id, DocStatus.FAILED, error)
                 observe_failed(clock() - started)
             else:
-                result = (doc.external_id, DocStatus.INDEXED, None)
+                if delete:
+                    result = (doc.external_id, DocStatus.DELETED, None)
+                    self._metrics.documents_deleted.inc()
+                else:
+                    result = (doc.external_id, DocStatus.INDEXED, None)
                 observe_ok(clock() - started)
+            if result[1] is DocStatus.FAILED:
+                job.failed += 1
+                job.first_failure = job.first_failure or (doc.external_id, result[2])
             job.results.append(result)
             job.produced += 1
 
@@ -351,7 +389,7 @@ class Workers:
             released = await asyncio.shield(self._store.release_expired_leases(now))
             await self._push(released)
         except SyncdError as exc:
-            log.warning("could not release leases", connector_id=connector_id, error=str(exc))
+            log.warning("worker.release_failed", connector_id=connector_id, error=str(exc))
             if self._on_push_failed is not None:
                 self._on_push_failed()
 
@@ -361,6 +399,16 @@ class Workers:
             by_connector.setdefault(cid, []).append(ext)
         for cid, ids in by_connector.items():
             await self._queue.push(cid, ids)
+
+    async def purge_tombstones(self, now: datetime | None = None) -> int:
+        """Remove ``deleted`` documents older than the retention (none without one); how
+        many. ``now`` is for tests; the sweeper passes the current time."""
+        if self._deleted_retention is None:
+            return 0
+        purged = await self._store.purge_deleted((now or utcnow()) - self._deleted_retention)
+        if purged:
+            log.info("worker.tombstones_purged", documents=purged)
+        return purged
 
     async def _sweeper(self) -> None:
         """Return documents whose lease expired to pending and re-enqueue them."""
@@ -373,12 +421,28 @@ class Workers:
             try:
                 released = await self._store.release_expired_leases(utcnow())
                 if released:
-                    log.info("expired leases released", documents=len(released))
+                    log.info("worker.leases_expired", documents=len(released))
                     await self._push(released)
+                await self.purge_tombstones()
             except Exception as exc:
                 # Released but maybe not queued: the rebuild re-pushes pending documents.
                 log.warning(
-                    "lease sweep failed", error=str(exc), exc_info=not isinstance(exc, SyncdError)
+                    "worker.sweep_failed", error=str(exc), exc_info=not isinstance(exc, SyncdError)
                 )
                 if self._on_push_failed is not None:
                     self._on_push_failed()
+
+
+def _log_failures(job: _Job) -> None:
+    """One warning for the documents of a batch that failed to index: how many, and the
+    first one with its error (a webhook that is down fails every document the same way)."""
+    if job.first_failure is not None:
+        document, error = job.first_failure
+        log.warning(
+            "worker.index_failed",
+            connector_id=job.connector_id,
+            count=job.failed,
+            batch=job.total,
+            first_document=document,
+            first_error=error,
+        )

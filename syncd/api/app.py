@@ -3,29 +3,35 @@
 ``build_app(daemon)`` registers every route of :data:`syncd.api.routes.ROUTES` and serves the
 OpenAPI document generated from that same table. Middlewares, outermost first:
 
+0. access (only with ``log.access``): one structured ``api.access`` debug line per request
+   (method, path, status, duration_ms), instead of aiohttp's Apache-style access log;
 1. metrics: request latency per canonical route pattern, method and status;
 2. errors: syncd's exceptions and aiohttp's HTTP errors become ``{"detail": ...}`` JSON; a
    store or queue outage is answered 503; an unexpected exception is logged and answered 500
    without a traceback;
 3. auth (only with a token configured): ``Authorization: Bearer <token>`` on every route
-   but ``/healthz``.
+   but ``/healthz`` (and ``/readyz`` with ``api.public_health``) and the dashboard's static
+   assets (``/ui/``, :mod:`syncd.ui`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import hmac
+import logging
 import time
-from collections.abc import Collection
-from importlib import metadata
+from collections.abc import Collection, Sequence
+from dataclasses import replace
 from typing import Any
 
 import structlog
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
-from syncd.api.openapi import build_openapi
-from syncd.api.routes import OPENAPI, ROUTES, SERVICE, SYSTEM, System
+import syncd
+from syncd import ui
+from syncd.api.openapi import Route, build_openapi
+from syncd.api.routes import CLIENT_CLOSED_REQUEST, OPENAPI, ROUTES, SERVICE, SYSTEM, System
 from syncd.config import ApiConfig
 from syncd.errors import (
     Conflict,
@@ -36,9 +42,13 @@ from syncd.errors import (
     ValidationError,
 )
 from syncd.metrics import Metrics
+from syncd.schema import model_json_schemas
 from syncd.service import ConnectorService
 
 log = structlog.get_logger("syncd.api")
+#: The access lines' own logger: at debug level, shown whatever ``log.level`` when enabled.
+ACCESS_LOGGER = "syncd.api.access"
+access_log = structlog.get_logger(ACCESS_LOGGER)
 
 UNMATCHED_ROUTE = "unmatched"
 """Metrics label of requests no route matched (never the raw path: unbounded cardinality)."""
@@ -46,30 +56,70 @@ UNMATCHED_ROUTE = "unmatched"
 _LOC_ROOTS = ("body", "query", "path")
 
 
-def build_app(service: ConnectorService, system: System, api: ApiConfig) -> web.Application:
+def build_app(
+    service: ConnectorService, system: System, api: ApiConfig, *, access: bool = False
+) -> web.Application:
     """The control API application: ``service``'s operations, ``system``'s readiness and
-    metrics, configured by the ``[api]`` section."""
+    metrics, configured by the ``[api]`` section; ``access`` (``log.access``) logs one
+    structured ``api.access`` line per request."""
     middlewares: list[Middleware] = [
         _metrics_middleware(system.metrics),
         _error_middleware(api.max_body_bytes),
     ]
+    if access:
+        # Outermost: it sees the status the client gets, errors included. Its lines are
+        # debug lines, yet asked for: let them through whatever the root level.
+        logging.getLogger(ACCESS_LOGGER).setLevel(logging.DEBUG)
+        middlewares.insert(0, _access_middleware())
+    # api.public_health: readiness probes (a load balancer's, say) hold no token either.
+    table = [
+        replace(r, auth=False) if api.public_health and r.path == "/readyz" else r for r in ROUTES
+    ]
+    paths = _paths(table)
     if api.token:
-        public = frozenset(route.handler for route in ROUTES if not route.auth)
+        # The dashboard's assets hold no data: public (the page asks for the token itself).
+        public = frozenset(route.handler for route in table if not route.auth) | ui.HANDLERS
+        # A wrong method on a public path is a 405, not a 401.
+        public |= {na for routes, na in paths.values() if not any(r.auth for r in routes)}
         middlewares.append(_auth_middleware(api.token, public))
     app = web.Application(client_max_size=api.max_body_bytes, middlewares=middlewares)
     app[SERVICE] = service
     app[SYSTEM] = system
-    for route in ROUTES:
-        app.router.add_route(route.method, route.path, route.handler)
-    app[OPENAPI] = build_openapi(ROUTES, version=_version())
+    # Concrete paths first: as in OpenAPI, `/connectors/preview` is that path, not
+    # `/connectors/{id}` with the id "preview" (aiohttp would try both, in order).
+    for path in sorted(paths, key=lambda p: "{" in p):
+        routes, not_allowed = paths[path]
+        for route in routes:
+            app.router.add_route(route.method, path, route.handler)
+        app.router.add_route("*", path, not_allowed)
+    ui.add_routes(app.router)  # not API operations: absent from the OpenAPI document
+    app[OPENAPI] = build_openapi(
+        table, connector_schemas=model_json_schemas(service.registry), version=_version()
+    )
     return app
 
 
+def _paths(routes: Sequence[Route]) -> dict[str, tuple[list[Route], Handler]]:
+    """Each path of ``routes``: its routes, and the handler of every other method (405 with
+    exactly the path's methods in ``Allow``, where aiohttp would list the methods of every
+    path the request matches)."""
+    paths: dict[str, list[Route]] = {}
+    for route in routes:
+        paths.setdefault(route.path, []).append(route)
+    return {path: (rs, _not_allowed(rs)) for path, rs in paths.items()}
+
+
+def _not_allowed(routes: Sequence[Route]) -> Handler:
+    allowed = sorted(route.method for route in routes)
+
+    async def method_not_allowed(request: web.Request) -> web.StreamResponse:
+        raise web.HTTPMethodNotAllowed(request.method, allowed)
+
+    return method_not_allowed
+
+
 def _version() -> str:
-    try:
-        return metadata.version("syncd")
-    except metadata.PackageNotFoundError:  # running from a source tree that is not installed
-        return "0"
+    return syncd.__version__
 
 
 def error_body(exc: ValidationError) -> dict[str, Any]:
@@ -122,6 +172,33 @@ def _metrics_middleware(metrics: Metrics) -> Middleware:
 def _observe(metrics: Metrics, request: web.Request, status: int, started: float) -> None:
     elapsed = time.perf_counter() - started
     metrics.observe_request(_route_label(request), request.method, status, elapsed)
+
+
+def _access_middleware() -> Middleware:
+    @web.middleware
+    async def access(request: web.Request, handler: Handler) -> web.StreamResponse:
+        started = time.perf_counter()
+        status = 500  # an exception no middleware answered: aiohttp sends a 500
+        try:
+            response = await handler(request)
+            status = response.status
+            return response
+        except web.HTTPException as exc:
+            status = exc.status
+            raise
+        except asyncio.CancelledError:
+            status = CLIENT_CLOSED_REQUEST  # the client went away first
+            raise
+        finally:
+            access_log.debug(
+                "api.access",
+                method=request.method,
+                path=request.path,
+                status=status,
+                duration_ms=round((time.perf_counter() - started) * 1000, 3),
+            )
+
+    return access
 
 
 def _error_middleware(max_body_bytes: int) -> Middleware:

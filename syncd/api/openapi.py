@@ -8,7 +8,7 @@ documented.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
@@ -30,6 +30,7 @@ TAGS: tuple[dict[str, str], ...] = (
     {"name": "connectors", "description": "Connectors: configuration, state, syncs."},
     {"name": "runs", "description": "The history of a connector's sync runs."},
     {"name": "documents", "description": "A connector's documents and their indexing."},
+    {"name": "events", "description": "Connector and run changes as Server-Sent Events."},
     {"name": "system", "description": "Health, readiness, metrics and this document."},
 )
 
@@ -52,6 +53,9 @@ class Route:
     # links this response to every operation that takes that id (a client, or a stateful
     # fuzzer, can chain create → read → sync → abort).
     links_id: str | None = None
+    # More links from the success response: operationId → its parameters (runtime
+    # expressions), e.g. from a page of documents to the first one.
+    links: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
     @property
     def operation_id(self) -> str:
@@ -63,37 +67,49 @@ def _ref(name: str) -> dict[str, str]:
     return {"$ref": f"#/components/schemas/{name}"}
 
 
+CURSOR_MAX_LENGTH = 1024
+_B64 = "[A-Za-z0-9_-]"
+# A list cursor: base64url without padding (never 4n+1 characters long) of text without NUL,
+# or "~". The lookaheads refuse each way a group of 4 (or the last 2 or 3) characters can
+# encode a zero byte: A[A-P] (first byte), .[AQgw][A-D] (second), ..[AEIMQUYcgkosw048]A (third).
+_NO_ZERO_1 = "(?!A[A-P])"
+_NO_ZERO_2 = f"(?!{_B64}[AQgw][A-D])"
+_NO_ZERO_3 = f"(?!{_B64}{{2}}[AEIMQUYcgkosw048]A)"
+CURSOR_PATTERN = (
+    f"^(~|({_NO_ZERO_1}{_NO_ZERO_2}{_NO_ZERO_3}{_B64}{{4}})*"
+    f"({_NO_ZERO_1}{_NO_ZERO_2}{_NO_ZERO_3}{_B64}{{4}}"
+    f"|{_NO_ZERO_1}{_B64}{{2}}"
+    f"|{_NO_ZERO_1}{_NO_ZERO_2}{_B64}{{3}}))$"
+)
+
 _TIME = {"type": ["string", "null"], "format": "date-time"}
 _STR_OR_NULL = {"type": ["string", "null"]}
 _COUNT = {"type": "integer", "minimum": 0}
 _CONNECTOR_STATUS = ["active", "paused", "error", "deleting"]
-_DOC_STATUS = ["pending", "running", "indexed", "failed"]
+_DOC_STATUS = ["pending", "running", "indexed", "failed", "deleted"]
 
-_CONFIG_PROPERTIES: dict[str, Any] = {
-    "name": {"type": "string", "minLength": 1, "maxLength": 200},
+#: The example of a connector body shown in the description (the README's quick tour).
+CONNECTOR_EXAMPLE: dict[str, Any] = {
+    "name": "tickets",
     "source": {
-        "type": "object",
-        "description": "Source configuration; `type` defaults to `http`.",
-        "properties": {"type": {"type": "string"}},
-        "additionalProperties": True,
+        "type": "http",
+        "url": "http://127.0.0.1:9000/items",
+        "params": {"limit": 100},
+        "headers": {"Authorization": "Bearer ${env:TICKETS_TOKEN}"},
+        "records": "data",
+        "id_field": "id",
+        "pagination": {
+            "type": "cursor",
+            "cursor_param": "cursor",
+            "next_cursor": "next_cursor",
+        },
     },
-    "indexer": {
-        "type": "object",
-        "description": '`{"type": "store"}` (default), `{"type": "webhook", "url", "headers"}` '
-        "or a plugin.",
-        "properties": {"type": {"type": "string"}},
-        "required": ["type"],
-        "additionalProperties": True,
-    },
-    "sync_schedule": {"type": ["string", "null"], "description": "5-field cron expression."},
-    "sync_timezone": {"type": ["string", "null"], "description": "IANA time zone; UTC if null."},
-    "page_retries": {"type": "integer", "minimum": 0, "maximum": 20},
-    "page_retry_backoff": {"type": "number", "minimum": 0, "maximum": 3600},
-    "throttle_seconds": {"type": "number", "minimum": 0, "maximum": 3600},
-    "retry_on_status": {
-        "type": "array",
-        "items": {"type": "integer", "minimum": 400, "maximum": 599},
-    },
+    "indexer": {"type": "store"},
+    "sync_schedule": "*/15 * * * *",
+    "page_retries": 3,
+    "page_retry_backoff": 2.0,
+    "throttle_seconds": 0.0,
+    "retry_on_status": [502, 503, 504],
 }
 
 
@@ -135,17 +151,6 @@ SCHEMAS: dict[str, Any] = {
             }
         }
     ),
-    "ConnectorCreate": {
-        "type": "object",
-        "required": ["name", "source"],
-        "properties": _CONFIG_PROPERTIES,
-        "additionalProperties": False,
-    },
-    "ConnectorPatch": {
-        "type": "object",
-        "properties": {**_CONFIG_PROPERTIES, "status": {"enum": ["active", "paused"]}},
-        "additionalProperties": False,
-    },
     "Connector": _object(
         {
             "id": {"type": "string"},
@@ -167,13 +172,24 @@ SCHEMAS: dict[str, Any] = {
             "page_retry_backoff": {"type": "number"},
             "throttle_seconds": {"type": "number"},
             "retry_on_status": {"type": "array", "items": {"type": "integer"}},
+            "hash_fields": {"type": ["array", "null"], "items": {"type": "string"}},
+            "prune": {"type": "boolean"},
+            "prune_max_fraction": {"type": "number", "minimum": 0, "maximum": 1},
+            "full_crawl_schedule": _STR_OR_NULL,
+            "deletions_held": {
+                **_COUNT,
+                "description": "Deletions the guard held after the last completed crawl "
+                "(apply them with `POST /connectors/{id}/deletions/apply`).",
+            },
             "progress": _object({"pages": _COUNT, "documents": _COUNT}),
             "waiting": {
                 "oneOf": [
                     {"type": "null"},
                     _object(
                         {
-                            "reason": {"enum": ["backoff", "retry_after", "throttle"]},
+                            "reason": {
+                                "enum": ["backoff", "retry_after", "throttle", "host_cooldown"]
+                            },
                             "until": {"type": "string", "format": "date-time"},
                         }
                     ),
@@ -210,6 +226,15 @@ SCHEMAS: dict[str, Any] = {
             "note": _STR_OR_NULL,
             "error": _STR_OR_NULL,
             "owner": _STR_OR_NULL,
+            "deleted": {
+                **_COUNT,
+                "description": "Documents this run found gone at the source and deleted (or "
+                "queued for deletion).",
+            },
+            "deletions_held": {
+                **_COUNT,
+                "description": "Deletions the guard held at the end of this run's crawl.",
+            },
         }
     ),
     "RunList": _page_of("Run"),
@@ -243,6 +268,75 @@ SCHEMAS: dict[str, Any] = {
     ),
     "Deleting": _object({"connector_id": {"type": "string"}, "status": {"const": "deleting"}}),
     "Requeued": _object({"requeued": _COUNT}),
+    "DeletionsApplied": _object(
+        {
+            "deleting": {
+                **_COUNT,
+                "description": "Held documents deleted, or queued for deletion through the "
+                "indexer.",
+            }
+        }
+    ),
+    "PreviewRequest": {
+        "type": "object",
+        "description": "Exactly one of `connector` (a create body) and `connector_id`.",
+        "properties": {
+            "connector": _ref("ConnectorCreate"),
+            "connector_id": {"type": "string"},
+            "pages": {"type": "integer", "minimum": 1, "maximum": 10, "default": 1},
+            "timeout_seconds": {"type": "number", "minimum": 1, "maximum": 60, "default": 10},
+        },
+        "oneOf": [
+            {"required": ["connector"], "not": {"required": ["connector_id"]}},
+            {"required": ["connector_id"], "not": {"required": ["connector"]}},
+        ],
+        "additionalProperties": False,
+    },
+    "Preview": {
+        "type": "object",
+        "required": ["request", "pages"],
+        "properties": {
+            "request": {
+                "oneOf": [
+                    {"type": "null"},
+                    _object(
+                        {
+                            "method": {"type": "string"},
+                            "url": {"type": "string"},
+                            "headers": {
+                                "type": "object",
+                                "additionalProperties": {"type": "string"},
+                            },
+                        }
+                    ),
+                ]
+            },
+            "pages": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "required": ["records", "ids", "rejected", "next_cursor"],
+                    "properties": {
+                        "records": _COUNT,
+                        "ids": {"type": "array", "items": {"type": "string"}},
+                        "rejected": {
+                            "type": "array",
+                            "items": _object({"index": _COUNT, "reason": {"type": "string"}}),
+                        },
+                        "next_cursor": _STR_OR_NULL,
+                        "new": {"type": "array", "items": {"type": "string"}},
+                        "changed": {"type": "array", "items": {"type": "string"}},
+                        "unchanged": {"type": "array", "items": {"type": "string"}},
+                    },
+                },
+            },
+            "error": {
+                "type": "string",
+                "description": "The source failed or the time limit ended the preview; "
+                "`pages` holds the pages fetched before.",
+            },
+        },
+    },
     "Health": _object({"status": {"const": "ok"}}),
     "Readiness": {
         "type": "object",
@@ -254,6 +348,37 @@ SCHEMAS: dict[str, Any] = {
         },
     },
     "OpenAPI": {"type": "object"},
+    "Status": _object(
+        {
+            "version": {"type": "string"},
+            "instance_id": {"type": "string"},
+            "owner": {"type": "string", "description": "This process incarnation"},
+            "started_at": {"type": "string", "format": "date-time"},
+            "workers": _ref("Workers"),
+            "queue": _object({"depth": _COUNT}),
+            "running_syncs": {**_COUNT, "description": "Runs executing in this instance"},
+            "instances": {
+                "type": "array",
+                "description": "Instances that sent a heartbeat within the last three "
+                "heartbeat periods (this one included), by owner",
+                "items": _object(
+                    {
+                        "instance_id": {"type": "string"},
+                        "owner": {"type": "string"},
+                        "version": {"type": "string"},
+                        "started_at": {"type": "string", "format": "date-time"},
+                        "heartbeat_at": _TIME,
+                        "running_syncs": _COUNT,
+                        "workers": _ref("Workers"),
+                    }
+                ),
+            },
+        }
+    ),
+    "Workers": _object(
+        {"concurrency": {"type": "integer", "minimum": 1}, "busy": _COUNT},
+        description="Indexing workers, and the batches being indexed now",
+    ),
 }
 
 PARAMETERS: dict[str, Any] = {
@@ -267,14 +392,32 @@ PARAMETERS: dict[str, Any] = {
         "name": "cursor",
         "in": "query",
         "required": False,
-        "description": "The `next_cursor` of the previous page.",
-        "schema": {"type": "string"},
+        "description": "The `next_cursor` of the previous page (base64url, unpadded, of a "
+        "position that holds no NUL; `~` for the empty one).",
+        "schema": {"type": "string", "pattern": CURSOR_PATTERN, "maxLength": CURSOR_MAX_LENGTH},
     },
     "connector_status": {
         "name": "status",
         "in": "query",
         "required": False,
         "schema": {"enum": _CONNECTOR_STATUS},
+    },
+    "connector_id_filter": {
+        "name": "connector_id",
+        "in": "query",
+        "required": False,
+        "description": "Only these connectors: repeat it, or separate ids with commas (at most "
+        "100).",
+        "schema": {"type": "array", "items": {"type": "string"}},
+        "style": "form",
+        "explode": True,
+    },
+    "last_event_id": {
+        "name": "last_event_id",
+        "in": "query",
+        "required": False,
+        "description": "Resume after this event id (as the `Last-Event-ID` header does).",
+        "schema": {"type": "string"},
     },
     "document_status": {
         "name": "status",
@@ -289,12 +432,19 @@ INVALID = Reply("Invalid request: one entry per bad field", "ValidationError")
 TOO_LARGE = Reply("Request body too large")
 UNAVAILABLE = Reply("Store unavailable / Queue unavailable: retry later")
 NOT_FOUND = Reply("Connector not found")
+MALFORMED = Reply("Malformed request (a request line or a header over 8 KiB)")
 
 
 def build_openapi(
-    routes: Sequence[Route], *, title: str = "syncd control API", version: str = "0"
+    routes: Sequence[Route],
+    *,
+    connector_schemas: Mapping[str, Any],
+    title: str = "syncd control API",
+    version: str = "0",
 ) -> dict[str, Any]:
-    """The OpenAPI 3.1 document describing ``routes``."""
+    """The OpenAPI 3.1 document describing ``routes``; ``connector_schemas`` are the
+    components generated from the connector model (``ConnectorCreate``, ``ConnectorPatch``,
+    each kind's config), for the kinds this daemon knows."""
     paths: dict[str, dict[str, Any]] = {}
     for route in routes:
         paths.setdefault(openapi_path(route.path), {})[route.method.lower()] = _operation(
@@ -306,11 +456,19 @@ def build_openapi(
         "tags": list(TAGS),
         "paths": paths,
         "components": {
-            "schemas": SCHEMAS,
+            "schemas": _schemas(connector_schemas),
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
         },
         "security": [{"bearer": []}],
     }
+
+
+def _schemas(connector_schemas: Mapping[str, Any]) -> dict[str, Any]:
+    schemas = {**SCHEMAS, **connector_schemas}
+    create = dict(schemas["ConnectorCreate"])
+    create["examples"] = [CONNECTOR_EXAMPLE]
+    schemas["ConnectorCreate"] = create
+    return schemas
 
 
 def _operation(route: Route, routes: Sequence[Route]) -> dict[str, Any]:
@@ -337,6 +495,9 @@ def _operation(route: Route, routes: Sequence[Route]) -> dict[str, Any]:
     if route.request is not None or route.query or "{id}" in route.path:
         # A path id no store can hold (a NUL) is a 404; a forged cursor, a 422.
         responses.setdefault(422, INVALID)
+    if route.query or _path_params(route.path):
+        # The HTTP parser refuses a request line over 8 KiB before any handler runs.
+        responses.setdefault(400, MALFORMED)
     if "{id}" in route.path:
         responses.setdefault(404, NOT_FOUND)
     if route.backend:
@@ -346,9 +507,14 @@ def _operation(route: Route, routes: Sequence[Route]) -> dict[str, Any]:
     else:
         op["security"] = []
     op["responses"] = {str(status): _response(reply) for status, reply in sorted(responses.items())}
-    if route.links_id is not None:
+    links = _links(route.links_id, routes) if route.links_id is not None else {}
+    links.update(
+        (target, {"operationId": target, "parameters": dict(parameters)})
+        for target, parameters in route.links.items()
+    )
+    if links:
         success = min(s for s in responses if s < 300)
-        op["responses"][str(success)]["links"] = _links(route.links_id, routes)
+        op["responses"][str(success)]["links"] = links
     return op
 
 

@@ -7,7 +7,11 @@ responses by the application's error middleware.
 
 from __future__ import annotations
 
+import asyncio
+import base64
+import contextlib
 import json
+import re
 from collections.abc import Awaitable
 from enum import StrEnum
 from typing import Any, Protocol, TypeVar
@@ -16,21 +20,28 @@ import orjson
 from aiohttp import web
 
 from syncd.api import views
-from syncd.api.openapi import Reply, Route
+from syncd.api.openapi import CURSOR_MAX_LENGTH, Reply, Route
 from syncd.errors import NotFound, ValidationError
+from syncd.events import MAX_FILTER_IDS, EventHub
 from syncd.metrics import Metrics
 from syncd.models import Connector, ConnectorStatus, DocStatus
-from syncd.service import ConnectorService, decode_cursor
+from syncd.service import ConnectorService, Preview, encode_cursor
 from syncd.spec import MSG_NOT_OBJECT, text_problem
+from syncd.tasks import cancel_and_wait
 
 
 class System(Protocol):
-    """What the system routes read of the daemon: readiness and metrics."""
+    """What the system routes read of the daemon: readiness, metrics and the events."""
 
     @property
     def metrics(self) -> Metrics: ...
 
+    @property
+    def events(self) -> EventHub: ...
+
     async def readiness(self) -> dict[str, str]: ...
+
+    async def status(self) -> dict[str, Any]: ...
 
 
 SERVICE: web.AppKey[ConnectorService] = web.AppKey("syncd.service")
@@ -40,7 +51,8 @@ OPENAPI: web.AppKey[dict[str, Any]] = web.AppKey("syncd.openapi")
 LIMIT_DEFAULT = 100
 LIMIT_MAX = 1000
 _LIMIT_DIGITS = 10  # more is out of range anyway, and int() refuses over 4300 digits
-CURSOR_MAX_LENGTH = 1024
+EMPTY_CURSOR = "~"  # the cursor of an empty id (service.encode_cursor)
+_BASE64URL = re.compile(r"[A-Za-z0-9_-]+")
 
 _E = TypeVar("_E", bound=StrEnum)
 _T = TypeVar("_T")
@@ -108,19 +120,31 @@ def _status(request: web.Request, enum: type[_E]) -> _E | None:
 
 
 def _cursor(request: web.Request) -> str | None:
+    """The ``cursor`` query parameter: exactly what ``openapi.CURSOR_PATTERN`` describes.
+
+    A cursor is opaque but forgeable. Any base64url text (unpadded) is a position in the
+    list, even one this daemon did not hand out; bytes that are not UTF-8 are read with
+    U+FFFD in their place. One that decodes to a NUL is refused (no store can compare it:
+    PostgreSQL fails), and so is anything that is not base64url.
+    """
     raw = request.query.get("cursor")
-    if raw is None:
-        return None
-    if not raw or len(raw) > CURSOR_MAX_LENGTH or not raw.isprintable():
+    return None if raw is None else parse_cursor(raw)
+
+
+def parse_cursor(raw: str) -> str:
+    """A ``cursor`` query value as the service takes it (see :func:`_cursor`);
+    :class:`ValidationError` (``query.cursor``) when refused."""
+    if raw == EMPTY_CURSOR:
+        return raw
+    if len(raw) > CURSOR_MAX_LENGTH or len(raw) % 4 == 1 or not _BASE64URL.fullmatch(raw):
         raise ValidationError({"query.cursor": "Invalid cursor"})
-    # A cursor is opaque but forgeable: one that decodes to text no store can compare
-    # (a NUL) is refused here rather than fail in PostgreSQL.
+    data = base64.b64decode(raw + "=" * (-len(raw) % 4), altchars=b"-_", validate=True)
+    if b"\0" in data:
+        raise ValidationError({"query.cursor": "Invalid cursor"})
     try:
-        usable = not text_problem(decode_cursor(raw) or "")
-    except ValidationError:
-        usable = False
-    if not usable:
-        raise ValidationError({"query.cursor": "Invalid cursor"})
+        data.decode()
+    except UnicodeDecodeError:
+        return encode_cursor(data.decode(errors="replace"))
     return raw
 
 
@@ -245,6 +269,123 @@ async def retry_failed(request: web.Request) -> web.Response:
     return web.json_response({"requeued": requeued}, status=202)
 
 
+async def apply_deletions(request: web.Request) -> web.Response:
+    """``POST /connectors/{id}/deletions/apply``."""
+    deleting = await _service(request).apply_deletions(_id(request))
+    return web.json_response({"deleting": deleting}, status=202)
+
+
+# --- preview --------------------------------------------------------------------------
+
+PREVIEW_DISCONNECT_POLL = 0.1
+"""Seconds between checks that a preview's client is still connected."""
+CLIENT_CLOSED_REQUEST = 499  # what the log and metrics show for a preview left by its client
+
+
+async def preview_connector(request: web.Request) -> web.Response:
+    """``POST /connectors/preview``: the first pages of a connector body or of an existing
+    connector, nothing stored.
+
+    A source that fails (or the time limit) answers 200 with ``error`` and the pages fetched
+    before it: that is what the preview found, not a fault of this server. A client that
+    disconnects stops the fetch at once: aiohttp does not cancel a handler when its client
+    leaves (``handler_cancellation`` is off), so the handler watches for it.
+    """
+    body = await _json_object(request)
+    pages = body.get("pages")
+    if isinstance(pages, float) and pages.is_integer():
+        body["pages"] = int(pages)  # 2.0 is the integer 2 in JSON (see schema.fields)
+    work = asyncio.create_task(_service(request).preview(body), name="api:preview")
+    watch = asyncio.create_task(_client_gone(request), name="api:preview:client")
+    try:
+        await asyncio.wait({work, watch}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        # Also when this handler is cancelled (a server stopping): the fetch stops with it.
+        await cancel_and_wait(watch)
+        if not work.done():
+            await cancel_and_wait(work)
+    if work.cancelled():
+        return web.json_response({"detail": "Client closed request"}, status=CLIENT_CLOSED_REQUEST)
+    return web.json_response(_preview_json(work.result()))
+
+
+async def _client_gone(request: web.Request) -> None:
+    """Return once the request's connection is closed."""
+    # Polled: aiohttp signals a lost connection to a handler only through the request body,
+    # which has been read to its end by now.
+    transport = request.transport
+    while transport is not None and not transport.is_closing():
+        await asyncio.sleep(PREVIEW_DISCONNECT_POLL)
+        transport = request.transport
+
+
+def _preview_json(found: Preview) -> dict[str, Any]:
+    pages = []
+    for page in found.pages:
+        item: dict[str, Any] = {
+            "records": page.records,
+            "ids": list(page.ids),
+            "rejected": [{"index": r.record, "reason": r.reason} for r in page.rejected],
+            "next_cursor": page.next_cursor,
+        }
+        if page.new is not None:
+            item.update(
+                new=list(page.new),
+                changed=list(page.changed or ()),
+                unchanged=list(page.unchanged or ()),
+            )
+        pages.append(item)
+    body: dict[str, Any] = {"request": found.request, "pages": pages}
+    if found.error is not None:
+        body["error"] = found.error
+    return body
+
+
+# --- events ---------------------------------------------------------------------------
+
+EVENT_ID_MAX_LENGTH = 256
+
+
+async def events(request: web.Request) -> web.StreamResponse:
+    """``GET /events``: connector and run changes as Server-Sent Events (the contract is in
+    :mod:`syncd.events`). Ends when the daemon stops or the client leaves."""
+    ids = _connector_ids(request)
+    last = request.headers.get("Last-Event-ID") or request.query.get("last_event_id")
+    if last is not None and (len(last) > EVENT_ID_MAX_LENGTH or not last.isprintable()):
+        last = "?"  # unknown: the stream starts with `reset`
+    hub = request.app[SYSTEM].events
+    async with hub.subscribe(ids, last) as chunks:
+        response = web.StreamResponse(
+            headers={
+                "Content-Type": "text/event-stream; charset=utf-8",
+                "Cache-Control": "no-cache",
+                "X-Accel-Buffering": "no",  # nginx: pass each event on at once
+            }
+        )
+        await response.prepare(request)
+        try:
+            async for chunk in chunks:
+                await response.write(chunk)
+        except ConnectionResetError:  # aiohttp's ClientConnectionResetError too
+            return response  # the client left
+        with contextlib.suppress(ConnectionResetError):
+            await response.write_eof()
+    return response
+
+
+def _connector_ids(request: web.Request) -> frozenset[str] | None:
+    """``?connector_id=`` values (repeated, or comma-separated), or ``None``: all."""
+    values = request.query.getall("connector_id", [])
+    if not values:
+        return None
+    ids = frozenset(part.strip() for value in values for part in value.split(",") if part.strip())
+    if not ids or len(ids) > MAX_FILTER_IDS or any(text_problem(i) for i in ids):
+        raise ValidationError(
+            {"query.connector_id": f"Must name 1 to {MAX_FILTER_IDS} connector ids"}
+        )
+    return ids
+
+
 # --- operations -----------------------------------------------------------------------
 
 
@@ -260,11 +401,16 @@ async def readyz(request: web.Request) -> web.Response:
     return web.json_response(checks, status=200 if ready else 503)
 
 
+async def status(request: web.Request) -> web.Response:
+    """``GET /status``: this instance, the queue, and the instances heard from lately."""
+    return web.json_response(await request.app[SYSTEM].status())
+
+
 async def metrics(request: web.Request) -> web.Response:
-    """``GET /metrics``: Prometheus text exposition."""
-    body, content_type = request.app[SYSTEM].metrics.render()
+    """``GET /metrics``: Prometheus text exposition, or OpenMetrics when ``Accept`` asks."""
+    body, content_type = request.app[SYSTEM].metrics.render(request.headers.get("Accept", ""))
     # Set as a raw header: aiohttp refuses a charset inside ``content_type=``.
-    return web.Response(body=body, headers={"Content-Type": content_type})
+    return web.Response(body=body, headers={"Content-Type": content_type, "Vary": "Accept"})
 
 
 async def openapi(request: web.Request) -> web.Response:
@@ -294,6 +440,7 @@ ROUTES: tuple[Route, ...] = (
         "List connectors",
         {200: Reply("A page of connectors", "ConnectorList")},
         query=("connector_status", "limit", "cursor"),
+        links_id="/data/0/id",
     ),
     Route(
         "GET",
@@ -371,6 +518,12 @@ ROUTES: tuple[Route, ...] = (
         {200: Reply("A page of documents", "DocumentList"), 404: _NOT_FOUND},
         query=("document_status", "limit", "cursor"),
         tag="documents",
+        links={
+            "get_document": {
+                "id": "$request.path.id",
+                "external_id": "$response.body#/data/0/external_id",
+            }
+        },
     ),
     Route(
         "GET",
@@ -392,6 +545,46 @@ ROUTES: tuple[Route, ...] = (
         tag="documents",
     ),
     Route(
+        "POST",
+        "/connectors/{id}/deletions/apply",
+        apply_deletions,
+        "Apply the deletions the guard held after the last completed crawl",
+        {
+            202: Reply("Held documents deleted or queued for deletion", "DeletionsApplied"),
+            404: _NOT_FOUND,
+            409: Reply("No deletions held / Connector is being deleted", "Conflict"),
+        },
+        tag="documents",
+    ),
+    Route(
+        "POST",
+        "/connectors/preview",
+        preview_connector,
+        "Preview a connector body or an existing connector: fetch its first pages (at most 10, "
+        "within 60 s) through its source, storing nothing",
+        {
+            200: Reply(
+                "Per page: record count, external ids, rejected records, next cursor and, for "
+                "an existing connector, the new, changed and unchanged ids; the first request "
+                "with secrets masked. A failing source (or the time limit) is answered here "
+                "too, with `error` and the pages fetched before it",
+                "Preview",
+            ),
+            404: _NOT_FOUND,
+        },
+        request="PreviewRequest",
+    ),
+    Route(
+        "GET",
+        "/events",
+        events,
+        "Connector and run changes as they happen (Server-Sent Events: `connector`, `run`, "
+        "`deleted`, `reset`; `Last-Event-ID` resumes; a snapshot first)",
+        {200: Reply("An event stream", None, "text/event-stream")},
+        query=("connector_id_filter", "last_event_id"),
+        tag="events",
+    ),
+    Route(
         "GET",
         "/healthz",
         healthz,
@@ -407,6 +600,15 @@ ROUTES: tuple[Route, ...] = (
         readyz,
         "Readiness: the store and the queue answer",
         {200: Reply("Ready", "Readiness"), 503: Reply("Not ready", "Readiness")},
+        tag="system",
+    ),
+    Route(
+        "GET",
+        "/status",
+        status,
+        "This instance (version, workers, running syncs), the queue's depth, and every "
+        "instance that sent a heartbeat lately",
+        {200: Reply("The status", "Status")},
         tag="system",
     ),
     Route(

@@ -181,7 +181,9 @@ def _sock_site(sock: socket.socket) -> _SiteFactory:
 
 
 async def _serve(app: web.Application, *make_sites: _SiteFactory) -> web.AppRunner:
-    runner = web.AppRunner(app, handle_signals=False)
+    # No aiohttp access log (an Apache line per request): syncd.api.app logs structured
+    # ``api.access`` lines instead when ``log.access`` asks for them.
+    runner = web.AppRunner(app, handle_signals=False, access_log=None)
     await runner.setup()
     try:
         for make_site in make_sites:

@@ -50,6 +50,11 @@ def connector_json(connector: Connector, counts: Mapping[DocStatus, int]) -> dic
         "page_retry_backoff": c.page_retry_backoff,
         "throttle_seconds": c.throttle_seconds,
         "retry_on_status": list(c.retry_on_status),
+        "prune": c.prune,
+        "prune_max_fraction": c.prune_max_fraction,
+        "full_crawl_schedule": c.full_crawl_schedule,
+        "deletions_held": c.deletions_held,
+        "hash_fields": None if c.hash_fields is None else list(c.hash_fields),
         "progress": {"pages": c.progress.pages, "documents": c.progress.documents},
         "waiting": (
             None
@@ -81,6 +86,8 @@ def run_json(run: Run) -> dict[str, Any]:
             {"page": r.page, "record": r.record, "reason": r.reason} for r in run.rejections
         ],
         "note": run.note,
+        "deleted": run.deleted,
+        "deletions_held": run.deletions_held,
     }
 
 

@@ -50,7 +50,7 @@ def _from_env(environ: Mapping[str, str], name: str, fallback: float) -> float:
     if number is None:
         # Looked up at call time so logging configured (or captured) later still applies.
         structlog.get_logger("syncd.http").warning(
-            "invalid_http_timeout",
+            "http.invalid_timeout",
             variable=name,
             value=raw,
             expected="a finite number of seconds > 0",

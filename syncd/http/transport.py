@@ -8,22 +8,29 @@ Every aiohttp error is translated here into syncd's own exceptions (DESIGN.md §
 - connect or read timeout → :class:`~syncd.errors.ClientTimeoutError`;
 - refused connection or unresolvable name → :class:`~syncd.errors.ClientConnectionError`.
 
-Idempotent requests (GET, HEAD, OPTIONS, PUT, DELETE) are retried on connection errors and
-502/503/504 up to ``retries`` times with urllib3-style backoff (``0, 4, 8`` s for factor 2),
-waiting at least the server's ``Retry-After`` (clamped to 60 s). Read timeouts are not retried
-here: the paginator above has its own budget for them.
+Idempotent requests (GET, HEAD, OPTIONS, PUT, DELETE, or any sent with ``idempotent=True``)
+are retried on connection errors and 502/503/504 up to ``retries`` times with urllib3-style
+backoff (``0, 4, 8`` s for factor 2), waiting at least the server's ``Retry-After`` (clamped to
+60 s). Read timeouts are not retried here: the paginator above has its own budget for them.
 
 Redirects (301, 302, 303, 307, 308) are followed here, not by aiohttp, at most
 ``max_redirects`` hops. A hop on the origin of the request keeps the caller's headers and the
 URL's credentials; from the first hop to another origin on, the request goes on WITHOUT any
 caller-supplied header and without credentials (DESIGN.md §8: headers are the source's
-secrets). 303 (and 301/302 after a POST) continue as a GET without a body.
+secrets). 303 (and 301/302 after a POST) continue as a GET without a body. A form body
+(``data``: an OAuth2 token request carries a client secret) is never sent to another origin:
+such a redirect is refused.
 
 With ``block_private_addresses`` (config ``http.block_private_addresses``) every connection,
 redirect hops included, is refused with :class:`BlockedAddressError` when its host is, or
 resolves to, a loopback, private, link-local, unique-local, multicast, reserved or cloud
 metadata address: names are checked by a resolver wrapped around aiohttp's, IP literals
 (which aiohttp does not resolve) before the request is sent.
+
+With ``budgets`` (:mod:`syncd.http.budget`) every attempt — each retry and each redirect hop —
+first waits for its host's budget (cooldown, token, concurrency slot), holding the slot until
+the response is read; a 429 or 503 with ``Retry-After`` puts the host in cooldown for every
+connector before the retry logic sleeps.
 """
 
 from __future__ import annotations
@@ -52,6 +59,7 @@ from syncd.errors import (
     SourceError,
     SyncdError,
 )
+from syncd.http.budget import HostBudgets, OnWait, hold_budget, note_cooldown
 from syncd.http.retry_after import clamp_retry_after, parse_retry_after
 from syncd.http.timeouts import Timeouts, resolve_timeouts
 from syncd.logs import mask_url_passwords
@@ -253,6 +261,7 @@ class Transport:
     ``sleep`` (default :func:`asyncio.sleep`) and ``on_retry(error, retry_number)`` let tests
     and metrics observe the retry schedule. ``block_private_addresses`` turns on the guard
     described in the module docstring; ``max_redirects`` bounds the hops followed.
+    ``budgets`` (opened and closed by the owner) applies the per-host budgets to every attempt.
     """
 
     def __init__(
@@ -266,6 +275,7 @@ class Transport:
         limit: int = 100,
         block_private_addresses: bool = False,
         max_redirects: int = MAX_REDIRECTS,
+        budgets: HostBudgets | None = None,
     ) -> None:
         if retries < 0:
             raise ValueError("retries must be >= 0")
@@ -279,6 +289,7 @@ class Transport:
         self._sleep: Sleep = sleep if sleep is not None else asyncio.sleep
         self._on_retry = on_retry
         self._limit = limit
+        self.budgets = budgets
         self._session: aiohttp.ClientSession | None = None
         self._resolver: AbstractResolver | None = None
 
@@ -340,26 +351,36 @@ class Transport:
         # A per-request timeout configuration, not a deadline for the whole call.
         timeout: Timeouts | None = None,
         raise_for_status: bool = True,
-        on_wait: Callable[[WaitReason, float], None] | None = None,
+        on_wait: OnWait | None = None,
+        data: Mapping[str, str] | None = None,
+        idempotent: bool | None = None,
     ) -> Response:
         """Send a request and read the whole response.
 
         Raises the errors listed in the module docstring. With ``raise_for_status=False`` a
         non-2xx answer is returned instead of raised (502/503/504 are still retried first
         when the method is idempotent); connection failures and timeouts always raise.
-        ``on_wait(reason, seconds)`` is told of each retry wait (so a sync can show it).
+        ``on_wait(reason, seconds)`` is told of each retry wait and each wait for a host's
+        budget or cooldown (so a sync can show it).
+        ``data`` is sent as an ``application/x-www-form-urlencoded`` body (not with ``json``).
+        ``idempotent`` overrides whether the request may be sent again after a failure
+        (default: by its method); e.g. an OAuth2 token POST is safe to repeat.
         """
+        if json is not None and data is not None:
+            raise ValueError("give json or data, not both")
         session = self._session
         if session is None:
             raise RuntimeError("Transport is not open: await transport.open() first")
         method = method.upper()
-        budget = self.retries if method in IDEMPOTENT_METHODS else 0
+        if idempotent is None:
+            idempotent = method in IDEMPOTENT_METHODS
+        budget = self.retries if idempotent else 0
         client_timeout = _client_timeout(timeout) if timeout is not None else None
         retry = 0
         while True:
             try:
                 answer = await self._send(
-                    session, method, url, params, headers, json, client_timeout
+                    session, method, url, params, headers, json, client_timeout, on_wait, data
                 )
             except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as exc:
                 error, retryable = _translate(exc, method, url)
@@ -386,7 +407,7 @@ class Transport:
             if self._on_retry is not None:
                 self._on_retry(error, retry)
             log.info(
-                "http_retry",
+                "http.retry",
                 method=method,
                 url=safe_url(url),
                 retry=retry,
@@ -407,8 +428,11 @@ class Transport:
         headers: Mapping[str, str] | None,
         json: Any,
         client_timeout: aiohttp.ClientTimeout | None,
+        on_wait: OnWait | None = None,
+        data: Mapping[str, str] | None = None,
     ) -> _Answer:
-        """One attempt: the request and the redirects it leads to, the last answer read."""
+        """One attempt: the request and the redirects it leads to, the last answer read.
+        Each hop draws from its host's budget."""
         base: dict[str, Any] = {"allow_redirects": False}
         if client_timeout is not None:
             base["timeout"] = client_timeout
@@ -421,34 +445,46 @@ class Transport:
             kwargs = dict(base)
             if json is not None:
                 kwargs["json"] = json
+            if data is not None:
+                kwargs["data"] = dict(data)
             hop_headers = headers if trusted else None
             if hop == 0:
                 kwargs["params"] = params
             elif trusted and isinstance(target, URL) and target.user is None:
                 hop_headers = _with_url_auth(headers, url)
-            async with session.request(method, target, headers=hop_headers, **kwargs) as resp:
-                here = resp.url
-                origin = here.origin() if origin is None else origin
-                location = (
-                    resp.headers.get("Location") if resp.status in REDIRECT_STATUSES else None
-                )
-                if location is None:
-                    return await _answer(resp, url)
-                resp.release()  # the body of a redirect is not read
+            key, lease = await hold_budget(self.budgets, target, on_wait)
+            try:
+                async with session.request(method, target, headers=hop_headers, **kwargs) as resp:
+                    await note_cooldown(self.budgets, key, resp.status, resp.headers)
+                    here = resp.url
+                    origin = here.origin() if origin is None else origin
+                    location = (
+                        resp.headers.get("Location") if resp.status in REDIRECT_STATUSES else None
+                    )
+                    if location is None:
+                        return await _answer(resp, url)
+                    resp.release()  # the body of a redirect is not read
+            finally:
+                await lease.release()
             following = _redirect_target(here, location, method, url)
+            if (resp.status == 303 and method != "HEAD") or (
+                resp.status in (301, 302) and method == "POST"
+            ):
+                method, json, data = "GET", None, None
             if trusted and following.origin() != origin:
+                if data is not None:
+                    raise SourceError(
+                        f"{method} {safe_url(url)} redirected to another origin "
+                        f"({safe_url(following)}): a form body is not sent there"
+                    )
                 trusted = False
                 log.info(
-                    "http_redirect_to_another_origin",
+                    "http.redirect_cross_origin",
                     method=method,
                     url=safe_url(here),
                     location=safe_url(following),
                     note="sent without the source's headers and credentials",
                 )
-            if (resp.status == 303 and method != "HEAD") or (
-                resp.status in (301, 302) and method == "POST"
-            ):
-                method, json = "GET", None
             target = following
         raise SourceError(f"too many redirects (over {self.max_redirects}): {safe_url(url)}")
 

@@ -22,9 +22,22 @@ class Indexer(Protocol):
     indexer whose whole work is the store keeping the document sets ``indexed_on_commit =
     True`` on its factory (class): a crawl then marks documents indexed in the page's own
     transaction, and they never pass through the queue.
+
+    Deletions (DESIGN.md §11): an indexer may also have ``async delete(document)``
+    (:class:`DeletingIndexer`), called for a document gone at the source (its ``payload`` is
+    the last one indexed, when the indexer reads payloads); returning marks it ``deleted``,
+    raising marks it ``failed``. An indexer without ``delete`` is not called: its documents
+    gone at the source are marked ``deleted`` (the index keeps them).
     """
 
     async def index(self, document: Document) -> None: ...
+
+
+@runtime_checkable
+class DeletingIndexer(Indexer, Protocol):
+    """An indexer that also removes documents from its index."""
+
+    async def delete(self, document: Document) -> None: ...
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,6 @@
-"""The ``store`` indexer: the payload is already kept in the store and served by the API."""
+"""The ``store`` indexer: the payload is already kept in the store and served by the API.
+
+Its config (no options) is :class:`syncd.schema.StoreIndexerConfig`."""
 
 from __future__ import annotations
 
@@ -7,14 +9,6 @@ from typing import Any
 
 from syncd.indexers.base import IndexerContext
 from syncd.models import Document
-from syncd.spec import check_unknown
-
-
-def validate_store_config(config: Mapping[str, Any]) -> dict[str, str]:
-    """The ``store`` indexer takes no options."""
-    errors: dict[str, str] = {}
-    check_unknown(config, ("type",), "indexer.", errors)
-    return errors
 
 
 class StoreIndexer:
@@ -29,3 +23,7 @@ class StoreIndexer:
 
     async def index(self, document: Document) -> None:
         """Nothing to do: the store already holds the document."""
+
+    async def delete(self, document: Document) -> None:
+        """Nothing to do: the store drops the payload as it marks the document deleted (at
+        once, in the prune's own transaction: the kind is ``indexed_on_commit``)."""

@@ -1,4 +1,6 @@
-"""The ``webhook`` indexer: POSTs each document to a URL; 2xx means indexed."""
+"""The ``webhook`` indexer: POSTs each document to a URL; 2xx means indexed.
+
+Its config (``url``, ``headers``) is :class:`syncd.schema.WebhookIndexerConfig`."""
 
 from __future__ import annotations
 
@@ -10,27 +12,16 @@ from syncd.indexers.base import IndexerContext
 from syncd.logs import register_secret
 from syncd.models import Document
 from syncd.sources.secrets import register_connector_secrets, resolve_refs
-from syncd.spec import MSG_REQUIRED, check_headers, check_unknown, url_problem
 
 
 class WebhookError(SyncdError):
     """The webhook answered with a non-2xx status."""
 
 
-def validate_webhook_config(config: Mapping[str, Any]) -> dict[str, str]:
-    """Field errors of a ``webhook`` indexer config: ``url`` (http/https) and ``headers``."""
-    errors: dict[str, str] = {}
-    check_unknown(config, ("type", "url", "headers"), "indexer.", errors)
-    if "url" not in config:
-        errors["indexer.url"] = MSG_REQUIRED
-    elif problem := url_problem(config["url"]):
-        errors["indexer.url"] = problem
-    check_headers(config.get("headers"), "indexer.headers", errors)
-    return errors
-
-
 class WebhookIndexer:
-    """POSTs ``{"connector_id", "external_id", "content_hash", "payload"}`` to ``url``.
+    """POSTs ``{"op": "upsert", "connector_id", "external_id", "content_hash", "payload"}``
+    to ``url`` for each document, and ``{"op": "delete", "connector_id", "external_id"}`` for
+    each document gone at the source (DESIGN.md §11); 2xx means done.
 
     Header values may reference ``${env:NAME}`` / ``${file:/path}``, resolved per request so
     secrets are never stored resolved. A POST is not retried by the transport (it is not
@@ -47,18 +38,33 @@ class WebhookIndexer:
 
     async def index(self, document: Document) -> None:
         """POST the document; raise :class:`WebhookError` with the status unless 2xx."""
+        await self._post(
+            {
+                "op": "upsert",
+                "connector_id": document.connector_id,
+                "external_id": document.external_id,
+                "content_hash": document.content_hash,
+                "payload": document.payload,
+            }
+        )
+
+    async def delete(self, document: Document) -> None:
+        """POST the deletion; raise :class:`WebhookError` with the status unless 2xx."""
+        await self._post(
+            {
+                "op": "delete",
+                "connector_id": document.connector_id,
+                "external_id": document.external_id,
+            }
+        )
+
+    async def _post(self, body: dict[str, Any]) -> None:
         headers = {k: resolve_refs(v) for k, v in self._headers.items()}
         # A ${file:} secret may have been rotated since the last POST.
         for value in headers.values():
             if value not in self._registered:
                 self._registered.add(value)
                 register_secret(value)
-        body = {
-            "connector_id": document.connector_id,
-            "external_id": document.external_id,
-            "content_hash": document.content_hash,
-            "payload": document.payload,
-        }
         response = await self._context.transport.request(
             "POST", self._url, headers=headers, json=body, raise_for_status=False
         )

@@ -1,4 +1,8 @@
-"""Work queues: the protocol and a URL-based factory (backends imported lazily)."""
+"""Work queues: the protocol and a URL-based factory.
+
+Backends are imported lazily so that an in-process queue never needs redis importable: it
+comes with the ``syncd[redis]`` extra, and its absence is a configuration error naming it.
+"""
 
 from __future__ import annotations
 
@@ -17,8 +21,14 @@ def open_queue(url: str, **options: Any) -> WorkQueue:
 
         return MemoryQueue()
     if url.startswith(("redis://", "rediss://", "unix://")):
-        from syncd.queue.redis import RedisQueue
-
+        try:
+            from syncd.queue.redis import RedisQueue
+        except ImportError as exc:
+            if exc.name is None or exc.name.partition(".")[0] != "redis":
+                raise
+            raise ConfigError(
+                "queue.url", "Redis needs the redis driver: pip install 'syncd[redis]'"
+            ) from None
         return RedisQueue(url, **options)
     raise ConfigError(
         "queue.url",

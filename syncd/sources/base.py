@@ -7,7 +7,7 @@ built by a factory ``factory(config, context) -> Source``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -35,6 +35,18 @@ class StatefulSource(Source, Protocol):
     def checkpoint(self) -> Mapping[str, Any]: ...
 
 
+@runtime_checkable
+class BlockingSource(Protocol):
+    """A source with a plain ``def fetch_page`` (a blocking SDK): syncd runs each call in a
+    worker thread (:mod:`syncd.sources.threaded`). It may have a ``checkpoint()`` too."""
+
+    def fetch_page(self, cursor: str | None) -> Page: ...
+
+
+SaveSecretState = Callable[[str, Mapping[str, Any] | None], Awaitable[None]]
+"""``save_secret_state(key, value)`` of :class:`SourceContext`."""
+
+
 @dataclass(frozen=True)
 class SourceContext:
     """What a source factory gets besides its JSON config."""
@@ -47,6 +59,14 @@ class SourceContext:
     # Told of every wait inside a fetch (a transport retry, a Retry-After), so that the
     # connector shows what its run waits for; sources pass it to ``Transport.request``.
     on_wait: Callable[[WaitReason, float], None] | None = None
+    # Per-connector values that must outlive every crawl, failed ones included (the OAuth2
+    # refresh token a token endpoint rotated: the old one is revoked). ``secret_state`` is
+    # what was saved, as of the run's start; ``save_secret_state(key, value)`` stores one
+    # value durably (``None`` deletes it) before it returns. Not fenced by the run: what it
+    # records has already happened at the provider. ``None``: nothing can be saved (a
+    # preview of a connector not created yet). Values are secrets: never shown.
+    secret_state: Mapping[str, Any] = field(default_factory=dict)
+    save_secret_state: SaveSecretState | None = None
 
 
-SourceFactory = Callable[[Mapping[str, Any], SourceContext], Source]
+SourceFactory = Callable[[Mapping[str, Any], SourceContext], Source | BlockingSource]

@@ -4,63 +4,49 @@ Config keys: ``url``, ``params``, ``headers`` (values may hold ``${env:NAME}`` /
 ``${file:/path}``, resolved per request), ``records`` (dotted path to the record array; absent
 means the body itself is the array), ``id_field`` (read by the sync engine), ``pagination``
 (one of :data:`~syncd.sources.pagination.PAGINATION_TYPES`, cursor by default),
-``incremental`` (``{"field", "param"}``), ``timeout`` (``{"read", "connect"}``), ``max_pages``.
+``incremental`` (``{"field", "param"}``), ``timeout`` (``{"read", "connect"}``), ``max_pages``,
+``auth`` (bearer, basic, api_key or oauth2: :mod:`syncd.sources.auth`).
 """
 
 from __future__ import annotations
 
-import math
-import re
 from collections.abc import Iterable, Mapping
 from typing import Any
-from urllib.parse import urlsplit
 
-from syncd.errors import SourceError
+from pydantic import ValidationError as PydanticError
+from yarl import URL
+
+from syncd.errors import ClientError, SourceError
 from syncd.http.timeouts import resolve_timeouts
-from syncd.http.transport import safe_url
-from syncd.logs import register_secret
+from syncd.http.transport import Response, safe_url
+from syncd.logs import redact, register_secret
 from syncd.models import Page
+from syncd.schema import HttpSourceConfig, field_errors
+from syncd.sources.auth import (
+    AuthError,
+    Credentials,
+    SourceAuth,
+    TokenCache,
+    build_auth,
+    validate_auth,
+)
 from syncd.sources.base import SourceContext
 from syncd.sources.pagination import (
     MISSING,
-    PAGINATION_TYPES,
     QueryParams,
     build_pagination,
     get_path,
 )
-from syncd.sources.secrets import check_refs, register_connector_secrets, resolve_refs
-from syncd.spec import url_problem
+from syncd.sources.secrets import (
+    REDACTED,
+    redact_url,
+    register_connector_secrets,
+    resolve_refs,
+)
 
 __all__ = ["HttpSource", "validate_http_source"]
 
-_TOP_KEYS = frozenset(
-    {
-        "type",
-        "url",
-        "params",
-        "headers",
-        "records",
-        "id_field",
-        "pagination",
-        "incremental",
-        "timeout",
-        "max_pages",
-    }
-)
-# For each pagination type, the keys it accepts: integers (_INT_KEYS), dotted paths into the
-# body (_PATH_KEYS) or query parameter names (any non-empty string).
-_PAGINATION_KEYS: dict[str, frozenset[str]] = {
-    "cursor": frozenset({"cursor_param", "next_cursor"}),
-    "next_url": frozenset({"next_url"}),
-    "link_header": frozenset(),
-    "offset": frozenset({"offset_param", "limit_param", "limit"}),
-    "page": frozenset({"page_param", "start"}),
-}
-_INT_KEYS: dict[str, tuple[int, int]] = {"limit": (1, 1_000_000), "start": (0, 1_000_000_000)}
-_MAX_PAGES = 1_000_000_000
-_TIMEOUT_MAX = 3600
-_HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
-_PATH_KEYS = frozenset({"next_cursor", "next_url"})
+_UNAUTHORIZED = 401
 
 
 class HttpSource:
@@ -72,8 +58,18 @@ class HttpSource:
     crawl keeps sending the interrupted crawl's ``since``.
     """
 
-    def __init__(self, config: Mapping[str, Any], context: SourceContext) -> None:
-        errors = validate_http_source(config)
+    def __init__(
+        self,
+        config: Mapping[str, Any],
+        context: SourceContext,
+        *,
+        token_cache: TokenCache | None = None,
+    ) -> None:
+        # ``auth`` is checked here too, by its own validator, until the config model has it.
+        auth = config.get("auth")
+        errors = validate_http_source({k: v for k, v in config.items() if k != "auth"})
+        if auth is not None:
+            errors.update(validate_auth(auth))
         if errors:
             raise SourceError(
                 "invalid http source: " + "; ".join(f"{k}: {v}" for k, v in errors.items())
@@ -96,6 +92,20 @@ class HttpSource:
         self._timeouts = resolve_timeouts(
             config.get("timeout"), config=context.transport.timeouts, environ={}
         )
+        # OAuth2 tokens come from the process-wide cache (``token_cache``: a test's own).
+        self._auth: SourceAuth | None = None
+        if auth is not None:
+            self._auth = build_auth(
+                auth,
+                connector_id=context.connector_id,
+                transport=context.transport,
+                timeouts=self._timeouts,
+                register=self._register_secrets,
+                on_wait=context.on_wait,
+                secret_state=context.secret_state,
+                save_secret_state=context.save_secret_state,
+                cache=token_cache,
+            )
         self._pages = 0
         incremental = config.get("incremental")
         self._inc_field: str | None = incremental["field"] if incremental else None
@@ -118,6 +128,25 @@ class HttpSource:
                 self._registered.add(value)
                 register_secret(value)
 
+    def describe_request(self, cursor: str | None = None) -> dict[str, Any]:
+        """The method, URL and header names of the request :meth:`fetch_page` would send for
+        ``cursor``, fit to show (a preview): nothing is resolved or sent. Parameters holding
+        ``${env:}``/``${file:}`` references and every header value read ``"***"``; URL
+        passwords, secret-looking query values and registered secrets are masked too."""
+        params: QueryParams = {k: REDACTED if "${" in v else v for k, v in self._params.items()}
+        if self._inc_param is not None and self._since is not None:
+            params[self._inc_param] = _param_text(self._since)
+        url, query = self._pagination.request(cursor, self._url, params)
+        auth = self._auth.shown() if self._auth is not None else Credentials()
+        url, query = _with_auth_params(url, query, auth)
+        # The transport hands ``query`` to aiohttp, which extends the URL's own query with it.
+        shown = URL(url).extend_query(query) if query else URL(url)
+        return {
+            "method": "GET",
+            "url": redact(redact_url(str(shown))),
+            "headers": _with_auth_headers(dict.fromkeys(self._headers, REDACTED), auth),
+        }
+
     async def fetch_page(self, cursor: str | None) -> Page:
         """Fetch the page at ``cursor`` (``None``: the first page)."""
         params: QueryParams = {k: resolve_refs(v) for k, v in self._params.items()}
@@ -129,14 +158,10 @@ class HttpSource:
         self._register_secrets(
             str(params[k]) for k, v in self._params.items() if isinstance(v, str) and "${" in v
         )
-        response = await self._transport.request(
-            "GET",
-            url,
-            params=query or None,
-            headers=headers or None,
-            timeout=self._timeouts,
-            on_wait=self._on_wait,
-        )
+        if self._auth is None:
+            response = await self._get(url, query, headers, Credentials())
+        else:
+            response = await self._get_authenticated(url, query, headers, self._auth)
         body = response.json()
         records = self._records(body, response.url)
         next_cursor = self._pagination.next_cursor(cursor, response, body, records)
@@ -146,6 +171,43 @@ class HttpSource:
         if self._inc_field is not None:
             self._observe(records, self._inc_field)
         return Page(records, next_cursor)
+
+    async def _get_authenticated(
+        self, url: str, query: QueryParams, headers: dict[str, str], auth: SourceAuth
+    ) -> Response:
+        """GET with ``auth``'s credentials; after a 401, once more with renewed ones (an
+        OAuth2 token revoked or expired early), if ``auth`` can renew them."""
+        credentials = await auth.credentials()
+        try:
+            return await self._get(url, query, headers, credentials)
+        except ClientError as exc:
+            if exc.status != _UNAUTHORIZED:
+                raise
+            renewed = await auth.after_unauthorized(credentials)
+            if renewed is None:
+                raise
+        try:
+            return await self._get(url, query, headers, renewed)
+        except ClientError as exc:
+            if exc.status != _UNAUTHORIZED:
+                raise
+            raise AuthError(
+                f"source answered 401 after the OAuth2 token was refreshed: {exc}"
+            ) from exc
+
+    async def _get(
+        self, url: str, query: QueryParams, headers: dict[str, str], auth: Credentials
+    ) -> Response:
+        url, query = _with_auth_params(url, query, auth)
+        headers = _with_auth_headers(headers, auth)
+        return await self._transport.request(
+            "GET",
+            url,
+            params=query or None,
+            headers=headers or None,
+            timeout=self._timeouts,
+            on_wait=self._on_wait,
+        )
 
     def _records(self, body: Any, url: str) -> list[dict[str, Any]]:
         if self._records_path is None:
@@ -176,6 +238,29 @@ class HttpSource:
                 self._high_water = value
 
 
+def _with_auth_headers(headers: dict[str, str], auth: Credentials) -> dict[str, str]:
+    """``headers`` with the auth's headers, which replace configured ones of the same name
+    (in any case)."""
+    if not auth.headers:
+        return headers
+    names = {name.lower() for name in auth.headers}
+    return {
+        **{k: v for k, v in headers.items() if k.lower() not in names},
+        **auth.headers,
+    }
+
+
+def _with_auth_params(url: str, query: QueryParams, auth: Credentials) -> tuple[str, QueryParams]:
+    """``url`` and ``query`` with the auth's query parameters, which replace those of the same
+    name (a next-page URL often repeats the key it was asked with)."""
+    if not auth.params:
+        return url, query
+    parsed = URL(url)
+    if any(name in parsed.query for name in auth.params):
+        url = str(parsed.without_query_params(*auth.params))
+    return url, {**{k: v for k, v in query.items() if k not in auth.params}, **auth.params}
+
+
 def _header_value(name: str, value: str) -> str:
     # A resolved secret (a file with several lines, say) must not smuggle in headers.
     if "\n" in value or "\r" in value:
@@ -201,148 +286,11 @@ def _param_text(value: Any) -> str:
     return str(value)
 
 
-def validate_http_config(config: Mapping[str, Any]) -> dict[str, str]:
-    """Field errors of an ``http`` source config, its URL parsed in full (the kind's
-    validator, :class:`syncd.plugins.SourceKind`)."""
-    errors = validate_http_source(config)
-    if "source.url" not in errors and (problem := url_problem(config.get("url"))):
-        errors["source.url"] = problem
-    return errors
-
-
 def validate_http_source(config: Any) -> dict[str, str]:
-    """Field errors of an ``http`` source config, keyed ``source.<path>`` (``{}`` if valid)."""
-    if not isinstance(config, Mapping):
-        return {"source": "Must be an object"}
-    errors: dict[str, str] = {}
-    for key in config:
-        if key not in _TOP_KEYS:
-            errors[f"source.{key}"] = "Unknown field"
-    if "type" in config and config["type"] != "http":
-        errors["source.type"] = "Must be 'http'"
-    _check_url(config.get("url"), errors)
-    _check_params(config.get("params"), errors)
-    _check_headers(config.get("headers"), errors)
-    for key in ("records", "id_field"):
-        if key in config and not _is_path(config[key]):
-            errors[f"source.{key}"] = "Must be a dotted path (non-empty string)"
-    _check_pagination(config.get("pagination"), errors)
-    _check_incremental(config.get("incremental"), errors)
-    _check_timeout(config.get("timeout"), errors)
-    if "max_pages" in config:
-        value = config["max_pages"]
-        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= _MAX_PAGES:
-            errors["source.max_pages"] = f"Must be an integer between 1 and {_MAX_PAGES}"
-    return errors
-
-
-def _check_url(url: Any, errors: dict[str, str]) -> None:
-    if url is None:
-        errors["source.url"] = "Field required"
-        return
-    if not isinstance(url, str):
-        errors["source.url"] = "Must be a string"
-        return
+    """Field errors of an ``http`` source config, keyed ``source.<path>`` (``{}`` if valid):
+    the checks of its model, :class:`syncd.schema.HttpSourceConfig`."""
     try:
-        parts = urlsplit(url)
-        valid = parts.scheme in ("http", "https") and bool(parts.hostname)
-    except ValueError:  # e.g. an unclosed IPv6 bracket
-        valid = False
-    if not valid:
-        errors["source.url"] = "Must be an http:// or https:// URL"
-
-
-def _check_params(params: Any, errors: dict[str, str]) -> None:
-    if params is None:
-        return
-    if not isinstance(params, Mapping):
-        errors["source.params"] = "Must be an object"
-        return
-    for key, value in params.items():
-        if isinstance(value, float) and not math.isfinite(value):
-            errors[f"source.params.{key}"] = "Must be a finite number"
-        elif not isinstance(value, str | int | float):
-            errors[f"source.params.{key}"] = "Must be a string, number or boolean"
-        elif isinstance(value, str) and (problem := check_refs(value)):
-            errors[f"source.params.{key}"] = problem
-
-
-def _check_headers(headers: Any, errors: dict[str, str]) -> None:
-    if headers is None:
-        return
-    if not isinstance(headers, Mapping):
-        errors["source.headers"] = "Must be an object"
-        return
-    for key, value in headers.items():
-        if not isinstance(key, str) or not _HEADER_NAME.fullmatch(key):
-            errors[f"source.headers.{key}"] = "Invalid header name"
-        elif not isinstance(value, str):
-            errors[f"source.headers.{key}"] = "Must be a string"
-        elif problem := check_refs(value):
-            errors[f"source.headers.{key}"] = problem
-        elif "\n" in value or "\r" in value:
-            errors[f"source.headers.{key}"] = "Must not contain line breaks"
-
-
-def _check_pagination(pagination: Any, errors: dict[str, str]) -> None:
-    if pagination is None:
-        return
-    if not isinstance(pagination, Mapping):
-        errors["source.pagination"] = "Must be an object"
-        return
-    kind = pagination.get("type", "cursor")
-    if kind not in PAGINATION_TYPES:
-        errors["source.pagination.type"] = f"Must be one of {', '.join(PAGINATION_TYPES)}"
-        return
-    allowed = _PAGINATION_KEYS[kind]
-    for key, value in pagination.items():
-        where = f"source.pagination.{key}"
-        if key == "type":
-            continue
-        if key not in allowed:
-            errors[where] = f"Unknown field for pagination type {kind!r}"
-        elif key in _INT_KEYS:
-            low, high = _INT_KEYS[key]
-            if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-                errors[where] = f"Must be an integer between {low} and {high}"
-        elif key in _PATH_KEYS:
-            if not _is_path(value):
-                errors[where] = "Must be a dotted path (non-empty string)"
-        elif not isinstance(value, str) or not value:
-            errors[where] = "Must be a non-empty string"
-
-
-def _check_incremental(incremental: Any, errors: dict[str, str]) -> None:
-    if incremental is None:
-        return
-    if not isinstance(incremental, Mapping):
-        errors["source.incremental"] = "Must be an object with 'field' and 'param'"
-        return
-    for key in incremental:
-        if key not in ("field", "param"):
-            errors[f"source.incremental.{key}"] = "Unknown field"
-    for key in ("field", "param"):
-        if key not in incremental:
-            errors[f"source.incremental.{key}"] = "Field required"
-        elif not _is_path(incremental[key]):
-            errors[f"source.incremental.{key}"] = "Must be a non-empty string"
-
-
-def _check_timeout(timeout: Any, errors: dict[str, str]) -> None:
-    if timeout is None:
-        return
-    if not isinstance(timeout, Mapping):
-        errors["source.timeout"] = "Must be an object with 'read' and/or 'connect'"
-        return
-    for key, value in timeout.items():
-        if key not in ("read", "connect"):
-            errors[f"source.timeout.{key}"] = "Unknown field"
-        # Compared, never converted: a 400-digit integer does not fit a float; NaN fails.
-        elif not _is_number(value) or not 0 < value <= _TIMEOUT_MAX:
-            errors[f"source.timeout.{key}"] = (
-                f"Must be a number of seconds > 0 and <= {_TIMEOUT_MAX}"
-            )
-
-
-def _is_path(value: Any) -> bool:
-    return isinstance(value, str) and bool(value) and all(value.split("."))
+        HttpSourceConfig.model_validate(config)
+    except PydanticError as exc:
+        return field_errors(exc, "source")
+    return {}

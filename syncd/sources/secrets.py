@@ -121,9 +121,22 @@ def redact_url(text: str) -> str:
 
 # Keys named like secrets that hold where a secret is, not the secret.
 _NOT_SECRET_NAME = re.compile(r"(?:_file|_path|_url)$", re.IGNORECASE)
-# Keys of ``source.auth`` (DESIGN.md §8) that describe the credential rather than hold it.
+# Keys of ``source.auth`` (DESIGN.md §8, :mod:`syncd.sources.auth`) that describe the
+# credential rather than hold it. Every other value is a secret, ``extra``'s too (a
+# ``client_assertion`` is one); registering a username or audience would mask it everywhere.
 _AUTH_DESCRIPTORS = frozenset(
-    {"type", "in", "name", "grant", "token_url", "scopes", "audience", "username", "client_id"}
+    {
+        "type",
+        "in",
+        "name",
+        "grant",
+        "token_url",
+        "scopes",
+        "audience",
+        "username",
+        "client_id",
+        "client_auth",
+    }
 )
 
 
@@ -181,8 +194,13 @@ def _secret_values(config: Mapping[str, Any], *, top: bool = False) -> Iterator[
                     yield param_value
         elif top and name == "auth" and isinstance(value, Mapping):
             for field, field_value in value.items():
-                if str(field) not in _AUTH_DESCRIPTORS and isinstance(field_value, str):
+                if str(field) in _AUTH_DESCRIPTORS:
+                    if isinstance(field_value, str):  # ``token_url`` may carry a password
+                        yield from _url_secrets(field_value)
+                elif isinstance(field_value, str):
                     yield field_value
+                elif isinstance(field_value, Mapping):  # ``extra`` form parameters
+                    yield from (str(v) for v in field_value.values() if isinstance(v, str))
         elif isinstance(value, str):
             if _SECRET_KEY.search(name) and not _NOT_SECRET_NAME.search(name):
                 yield value

@@ -1,6 +1,7 @@
 """State stores: the protocol and a URL-based factory.
 
-Backends are imported lazily so that a SQLite user never needs asyncpg importable.
+Backends are imported lazily so that a SQLite user never needs asyncpg importable: it comes
+with the ``syncd[postgres]`` extra, and its absence is a configuration error naming it.
 """
 
 from __future__ import annotations
@@ -21,8 +22,14 @@ def open_store(url: str, **options: Any) -> Store:
 
         return SQLiteStore.from_url(url, **options)
     if url.startswith(("postgresql://", "postgres://")):
-        from syncd.store.postgres import PostgresStore
-
+        try:
+            from syncd.store.postgres import PostgresStore
+        except ImportError as exc:
+            if exc.name is None or exc.name.partition(".")[0] != "asyncpg":
+                raise
+            raise ConfigError(
+                "store.url", "PostgreSQL needs the asyncpg driver: pip install 'syncd[postgres]'"
+            ) from None
         return PostgresStore(url, **options)
     raise ConfigError(
         "store.url",

@@ -12,17 +12,22 @@ so keyset pagination by id is creation order. Lists take ``after`` (exclusive) a
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
 from syncd.models import (
     Connector,
     ConnectorStatus,
+    Crawl,
     DocStatus,
     Document,
     DocumentInput,
+    PruneCounts,
+    PruneResult,
     Rejection,
     Run,
+    SyncStatus,
     Transition,
     Waiting,
 )
@@ -33,6 +38,19 @@ Change = Callable[[Connector], Transition]
 It may raise (e.g. :class:`~syncd.errors.Conflict`); then nothing is written and the
 exception propagates out of :meth:`Store.mutate_connector`.
 """
+
+PruneChange = Callable[[Connector, PruneCounts | None], Transition]
+"""A state rule that also sees the prune counts of a crawl (``None`` when none were asked
+for); its transition may carry a prune plan (:class:`~syncd.models.PrunePlan`)."""
+
+
+@dataclass(frozen=True)
+class InstanceBeat:
+    """The last heartbeat of one daemon incarnation (``owner``): what it reported and when."""
+
+    owner: str
+    info: Mapping[str, Any]
+    heartbeat_at: datetime
 
 
 class Store(Protocol):
@@ -76,6 +94,30 @@ class Store(Protocol):
         :class:`NameConflict` if a rename collides.
         """
 
+    async def mutate_with_prune(
+        self, connector_id: str, change: PruneChange, *, unseen_by: str | None = None
+    ) -> tuple[Connector, Connector, PruneResult]:
+        """:meth:`mutate_connector` for the rules that delete documents (DESIGN.md §11).
+
+        With ``unseen_by`` (a crawl id) that is the connector's current crawl — the
+        completion of that crawl — the change is also given, read in the transaction, the
+        connector's live documents (not ``deleted``) and how many of them that crawl did not
+        see and are not already being deleted (:class:`~syncd.models.PruneCounts`); no
+        document stays held but those the plan holds, and what the connector's crawls saw is
+        forgotten once the plan is applied. Otherwise the counts are ``None``. The
+        transition's ``prune`` plan is applied in the same transaction:
+
+        - ``DELETE_UNSEEN`` / ``DELETE_HELD``: those unseen documents / the held ones that no
+          crawl begun since has seen (and not being deleted already) get ``op = delete``, error
+          and attempts reset, lease dropped, no longer held, and become ``deleted`` at once
+          (payload dropped) when the plan is ``immediate``, else ``pending``: the result's
+          ``queued`` ids, to enqueue.
+        - ``HOLD_UNSEEN``: those unseen documents are marked held; ``held`` counts them.
+
+        The plan's run (if any) adds the documents deleted or queued to its ``deleted`` and
+        the held ones to its ``deletions_held``. Returns ``(before, after, result)``.
+        """
+
     async def delete_connector(self, connector_id: str) -> None:
         """Delete the connector with all its documents and runs (no-op if missing)."""
 
@@ -97,6 +139,9 @@ class Store(Protocol):
         indexed: bool = False,
         rejected: Sequence[Rejection] = (),
         note: str | None = None,
+        crawl: Crawl | None = None,
+        deletions: Sequence[str] = (),
+        delete_now: bool = False,
     ) -> list[str]:
         """Commit one crawled page in one transaction, fenced by ``run_id``.
 
@@ -124,6 +169,18 @@ class Store(Protocol):
         With ``indexed``, the documents written become ``indexed`` (``indexed_at = now``)
         instead of ``pending``: for indexers whose work is storing the document, so that
         nothing needs to pass through the queue. The returned ids are then the ones written.
+
+        Deletions (DESIGN.md §11): a document written gets ``op = index`` (so a ``deleted``
+        one, or one being deleted, that the crawl sees again is written and indexed again).
+        With ``crawl``, the connector's ``crawl_id`` / ``crawl_full`` become the crawl's, and
+        a full crawl records the page's external ids as seen by it (what its prune reads; one
+        row per page, so a re-crawl of unchanged documents rewrites none of them). A document
+        written stops being held. ``deletions`` are external ids the source reported deleted
+        (tombstones; ids also among ``documents`` are ignored): those stored, live and not
+        already being deleted are marked for deletion like
+        :meth:`mutate_with_prune` does (``deleted`` at once with ``delete_now``, else
+        ``pending`` deletes whose ids are returned with the others) and counted in the run's
+        ``deleted``.
         """
 
     async def report(
@@ -193,9 +250,10 @@ class Store(Protocol):
         *,
         now: datetime,
     ) -> int:
-        """Record ``(external_id, indexed|failed, error)`` for documents still ``running``
-        under ``lease_token`` (clears the lease; sets ``indexed_at`` when indexed). Returns
-        how many were written; others (aborted, re-leased) are left alone."""
+        """Record ``(external_id, indexed|failed|deleted, error)`` for documents still
+        ``running`` under ``lease_token`` (clears the lease; sets ``indexed_at`` when indexed;
+        drops the payload when deleted). Returns how many were written; others (aborted,
+        re-leased, seen again by a crawl) are left alone."""
 
     async def extend_leases(self, connector_id: str, lease_token: str, until: datetime) -> int:
         """Push back the lease of documents running under ``lease_token``."""
@@ -227,3 +285,29 @@ class Store(Protocol):
         With ``run_id`` the write is fenced like :meth:`commit_page`: unless the connector's
         current ``run_id`` is ``run_id``, nothing is written and :class:`Fenced` is raised.
         """
+
+    async def purge_deleted(self, before: datetime) -> int:
+        """Remove ``deleted`` documents (tombstones) whose deletion (``updated_at``) is older
+        than ``before``; how many. Served by an index on deleted documents, not a scan."""
+
+    # --- totals (metrics) -------------------------------------------------------------
+
+    async def document_totals(self) -> dict[DocStatus, int]:
+        """Documents of every connector per status, from one aggregate query (every status
+        present, zero if none)."""
+
+    async def connector_totals(self) -> dict[tuple[ConnectorStatus, SyncStatus], int]:
+        """Connectors per ``(status, sync_status)``, from one aggregate query (every pair
+        present, zero if none)."""
+
+    # --- instances (GET /status) ------------------------------------------------------
+
+    async def heartbeat_instance(self, owner: str, info: Mapping[str, Any], now: datetime) -> None:
+        """Record that the instance ``owner`` is alive at ``now`` and reports ``info`` (a
+        JSON object: version, running syncs, workers …); upsert by owner."""
+
+    async def list_instances(self, since: datetime) -> list[InstanceBeat]:
+        """The instances whose last heartbeat is newer than ``since``, by owner."""
+
+    async def remove_instance(self, owner: str) -> None:
+        """Forget the instance ``owner`` (it stopped cleanly); no-op if unknown."""

@@ -26,6 +26,7 @@ from syncd.models import (
     MAX_REJECTIONS,
     Connector,
     ConnectorStatus,
+    DocOp,
     DocStatus,
     Document,
     DocumentInput,
@@ -155,6 +156,14 @@ CONNECTOR_COLUMNS: tuple[str, ...] = (
     "waiting_until",
     "resume_cursor",
     "source_state",
+    "prune",
+    "prune_max_fraction",
+    "full_crawl_schedule",
+    "deletions_held",
+    "crawl_id",
+    "crawl_full",
+    "next_full_crawl_at",
+    "hash_fields",
 )
 """Every column of the connectors table, in the order :func:`connector_to_row` yields them."""
 
@@ -192,6 +201,14 @@ def connector_to_row(
         "waiting_until": dt(waiting.until) if waiting else None,
         "resume_cursor": c.resume_cursor,
         "source_state": js(dict(c.source_state)),
+        "prune": c.prune,
+        "prune_max_fraction": c.prune_max_fraction,
+        "full_crawl_schedule": c.full_crawl_schedule,
+        "deletions_held": c.deletions_held,
+        "crawl_id": c.crawl_id,
+        "crawl_full": c.crawl_full,
+        "next_full_crawl_at": dt(c.next_full_crawl_at),
+        "hash_fields": None if c.hash_fields is None else js(list(c.hash_fields)),
     }
 
 
@@ -238,7 +255,20 @@ def connector_from_row(
         waiting=waiting_from_columns(row["waiting_reason"], dt(row["waiting_until"])),
         resume_cursor=row["resume_cursor"],
         source_state=js(row["source_state"]),
+        prune=bool(row["prune"]),
+        prune_max_fraction=float(row["prune_max_fraction"]),
+        full_crawl_schedule=row["full_crawl_schedule"],
+        deletions_held=int(row["deletions_held"]),
+        crawl_id=row["crawl_id"],
+        crawl_full=bool(row["crawl_full"]),
+        next_full_crawl_at=dt(row["next_full_crawl_at"]),
+        hash_fields=_hash_fields(row["hash_fields"], js),
     )
+
+
+def _hash_fields(value: Any, js: Callable[[Any], Any]) -> tuple[str, ...] | None:
+    # NULL (the whole record) stays None: an empty list would hash nothing.
+    return None if value is None else tuple(str(f) for f in js(value))
 
 
 # --- runs -------------------------------------------------------------------------------
@@ -258,6 +288,8 @@ RUN_COLUMNS: tuple[str, ...] = (
     "documents_rejected",
     "rejections",
     "note",
+    "deleted",
+    "deletions_held",
 )
 """Every column of the runs table."""
 
@@ -305,6 +337,8 @@ def run_from_row(row: Row, *, dt: Callable[[Any], datetime | None] = decode_dt) 
         documents_rejected=int(row["documents_rejected"]),
         rejections=rejections_from_text(row["rejections"]),
         note=row["note"],
+        deleted=int(row["deleted"]),
+        deletions_held=int(row["deletions_held"]),
     )
 
 
@@ -322,6 +356,7 @@ DOCUMENT_COLUMNS: tuple[str, ...] = (
     "indexed_at",
     "lease_token",
     "lease_until",
+    "op",
 )
 """The columns of a document without its payload (listings never read the payload)."""
 
@@ -352,4 +387,5 @@ def document_from_row(
         lease_token=row["lease_token"],
         lease_until=dt(row["lease_until"]),
         payload_json=text,
+        op=DocOp(row["op"]),
     )

@@ -16,17 +16,24 @@ from syncd.errors import Fenced, NotFound
 from syncd.models import (
     Connector,
     ConnectorStatus,
+    Crawl,
     DocStatus,
     Document,
     DocumentInput,
+    PruneAction,
+    PruneCounts,
+    PrunePlan,
+    PruneResult,
     Rejection,
     Run,
+    SyncStatus,
+    Transition,
     Waiting,
 )
 from syncd.store import codec
 from syncd.store import postgres_sql as sql
-from syncd.store.base import Change
-from syncd.store.postgres_conn import PostgresDatabase, Record
+from syncd.store.base import Change, InstanceBeat, PruneChange
+from syncd.store.postgres_conn import PostgresDatabase, PostgresTransaction, Record
 
 __all__ = ["PostgresStore"]
 
@@ -114,26 +121,7 @@ class PostgresStore:
             if row is None:
                 raise NotFound()
             before = _connector(row)
-            transition = change(before)
-            after = transition.connector
-            values = codec.connector_to_row(after, dt=codec.identity, js=codec.identity)
-            # Always the locked row, whatever id the change put in the record.
-            await tx.execute(
-                sql.UPDATE_CONNECTOR,
-                connector_id,
-                *(values[c] for c in sql.MUTABLE_CONNECTOR_COLUMNS),
-            )
-            if (start := transition.start) is not None:
-                await tx.execute(
-                    sql.INSERT_RUN,
-                    start.id,
-                    start.connector_id,
-                    start.trigger.value,
-                    start.started_at,
-                    start.owner,
-                )
-            for end in transition.ends:
-                await tx.execute(sql.END_RUN, end.id, end.outcome.value, end.finished_at, end.error)
+            after = await self._write_transition(tx, connector_id, change(before))
             if fail_documents is not None:
                 await tx.execute(
                     sql.FAIL_DOCUMENTS,
@@ -143,6 +131,61 @@ class PostgresStore:
                     after.updated_at,
                 )
         return before, after
+
+    async def mutate_with_prune(
+        self, connector_id: str, change: PruneChange, *, unseen_by: str | None = None
+    ) -> tuple[Connector, Connector, PruneResult]:
+        """:meth:`mutate_connector` whose change also sees the prune counts of crawl
+        ``unseen_by`` and whose prune plan is applied in the same transaction."""
+        async with self._db.transaction("prune documents") as tx:
+            row = await tx.fetch_one(sql.LOCK_CONNECTOR, connector_id)
+            if row is None:
+                raise NotFound()
+            before = _connector(row)
+            # Only the completion of the connector's own crawl counts, and forgets the crawl.
+            completing = unseen_by is not None and before.crawl_id == unseen_by
+            counts = None
+            if completing:
+                found = await tx.fetch_one(sql.PRUNE_COUNTS, connector_id, unseen_by)
+                assert found is not None  # an aggregate always has a row
+                counts = PruneCounts(int(found["live"]), int(found["unseen"]))
+            transition = change(before, counts)
+            after = await self._write_transition(tx, connector_id, transition)
+            if completing and before.deletions_held:
+                # The crawl recomputes what is held (documents are held only while the
+                # connector's deletions_held says so: applying them unmarks the rest).
+                await tx.execute(sql.CLEAR_HELD, connector_id)
+            result = PruneResult()
+            if transition.prune is not None:
+                result = await _prune(tx, connector_id, transition.prune, after.updated_at)
+            if completing:
+                await tx.execute(sql.FORGET_CRAWLS, connector_id)
+        return before, after, result
+
+    async def _write_transition(
+        self, tx: PostgresTransaction, connector_id: str, transition: Transition
+    ) -> Connector:
+        """Write a transition's connector (always the locked row, whatever id the change put
+        in the record) and run rows; the connector as given."""
+        after = transition.connector
+        values = codec.connector_to_row(after, dt=codec.identity, js=codec.identity)
+        await tx.execute(
+            sql.UPDATE_CONNECTOR,
+            connector_id,
+            *(values[c] for c in sql.MUTABLE_CONNECTOR_COLUMNS),
+        )
+        if (start := transition.start) is not None:
+            await tx.execute(
+                sql.INSERT_RUN,
+                start.id,
+                start.connector_id,
+                start.trigger.value,
+                start.started_at,
+                start.owner,
+            )
+        for end in transition.ends:
+            await tx.execute(sql.END_RUN, end.id, end.outcome.value, end.finished_at, end.error)
+        return after
 
     async def delete_connector(self, connector_id: str) -> None:
         """Delete the connector with all its documents and runs (no-op if missing)."""
@@ -170,6 +213,9 @@ class PostgresStore:
         indexed: bool = False,
         rejected: Sequence[Rejection] = (),
         note: str | None = None,
+        crawl: Crawl | None = None,
+        deletions: Sequence[str] = (),
+        delete_now: bool = False,
     ) -> list[str]:
         """Upsert one page and checkpoint it in one transaction fenced by ``run_id``
         (:class:`Fenced` otherwise); the external ids to enqueue."""
@@ -177,9 +223,18 @@ class PostgresStore:
         # same order (see postgres_sql).
         latest = {doc.external_id: doc for doc in documents}
         ids = sorted(latest)
+        crawl_id = crawl.id if crawl is not None else None
         async with self._db.transaction("commit page") as tx:
             fenced = await tx.fetch_value(
-                sql.FENCE_PAGE, connector_id, run_id, next_cursor, source_state, len(documents), now
+                sql.FENCE_PAGE,
+                connector_id,
+                run_id,
+                next_cursor,
+                source_state,
+                len(documents),
+                now,
+                crawl_id,
+                None if crawl is None else crawl.full,
             )
             if fenced is None:
                 raise Fenced(f"run {run_id} is not the current run of connector {connector_id}")
@@ -198,15 +253,33 @@ class PostgresStore:
                     rules.REQUEUE_STATUS.value,
                 )
                 enqueued = [row[0] for row in rows]
+                # What a full crawl saw, for its prune: one row for the page. An incremental
+                # crawl never prunes and keeps nothing.
+                if crawl is not None and crawl.full:
+                    await tx.execute(sql.SEEN_PAGE, connector_id, crawl.id, ids)
+            gone: list[str] = []
+            if deletions:
+                # A tombstone for an id the page also holds as a record is not a deletion.
+                doomed = sorted(set(deletions) - set(latest))
+                target = DocStatus.DELETED if delete_now else DocStatus.PENDING
+                rows = await tx.fetch_all(sql.DELETE_IDS, connector_id, target.value, now, doomed)
+                gone = sorted(row[0] for row in rows)
             sample = None
             if rejected:
                 run = await tx.fetch_one(sql.RUN_REJECTIONS, run_id)
                 if run is not None:
                     sample = codec.merge_rejections(run[1], int(run[0]) + 1, rejected)
             await tx.execute(
-                sql.RUN_PAGE, run_id, len(documents), len(enqueued), len(rejected), sample, note
+                sql.RUN_PAGE,
+                run_id,
+                len(documents),
+                len(enqueued),
+                len(rejected),
+                sample,
+                note,
+                len(gone),
             )
-        return enqueued
+        return enqueued + ([] if delete_now else gone)
 
     async def report(
         self, connector_id: str, run_id: str, *, now: datetime, waiting: Waiting | None
@@ -372,6 +445,66 @@ class PostgresStore:
                     raise Fenced(f"run {run_id} is not the current run of connector {connector_id}")
                 rows = await tx.fetch_all(sql.REQUEUE_DOCUMENTS, connector_id, error, now)
         return sorted(row[0] for row in rows)
+
+    async def purge_deleted(self, before: datetime) -> int:
+        """Remove ``deleted`` documents (tombstones) deleted before ``before``; how many."""
+        return await self._db.execute(sql.PURGE_DELETED, before)
+
+    async def document_totals(self) -> dict[DocStatus, int]:
+        """Documents of every connector per status (every status present)."""
+        counts = dict.fromkeys(DocStatus, 0)
+        for row in await self._db.fetch_all(sql.DOCUMENT_TOTALS):
+            counts[DocStatus(row["status"])] = row["n"]
+        return counts
+
+    async def connector_totals(self) -> dict[tuple[ConnectorStatus, SyncStatus], int]:
+        """Connectors per ``(status, sync_status)`` (every pair present)."""
+        totals = {(s, y): 0 for s in ConnectorStatus for y in SyncStatus}
+        for row in await self._db.fetch_all(sql.CONNECTOR_TOTALS):
+            totals[ConnectorStatus(row["status"]), SyncStatus(row["sync_status"])] = row["n"]
+        return totals
+
+    # --- instances (GET /status) --------------------------------------------------------
+
+    async def heartbeat_instance(self, owner: str, info: Mapping[str, Any], now: datetime) -> None:
+        """Upsert the instance's heartbeat row."""
+        await self._db.execute(sql.HEARTBEAT_INSTANCE, owner, codec.dump_json(dict(info)), now)
+
+    async def list_instances(self, since: datetime) -> list[InstanceBeat]:
+        """Instances whose heartbeat is newer than ``since``, by owner."""
+        rows = await self._db.fetch_all(sql.LIST_INSTANCES, since)
+        return [
+            InstanceBeat(row["owner"], codec.load_json(row["info"]), row["heartbeat_at"])
+            for row in rows
+        ]
+
+    async def remove_instance(self, owner: str) -> None:
+        """Delete the instance's heartbeat row."""
+        await self._db.execute(sql.REMOVE_INSTANCE, owner)
+
+
+async def _prune(
+    tx: PostgresTransaction, connector_id: str, plan: PrunePlan, now: datetime
+) -> PruneResult:
+    """Apply a prune plan to the connector's documents (see ``Store.mutate_with_prune``)."""
+    if plan.action is PruneAction.HOLD_UNSEEN:
+        held = await tx.execute(sql.HOLD_UNSEEN, connector_id, plan.crawl_id)
+        result = PruneResult(held=held)
+    else:
+        status = DocStatus.DELETED if plan.immediate else DocStatus.PENDING
+        if plan.action is PruneAction.DELETE_UNSEEN:
+            query, args = sql.DELETE_UNSEEN, [plan.crawl_id]
+        else:
+            query, args = sql.DELETE_HELD, []
+        rows = await tx.fetch_all(query, connector_id, status.value, now, *args)
+        ids = sorted(row[0] for row in rows)
+        if plan.action is PruneAction.DELETE_HELD:
+            # Those seen again since are no longer held.
+            await tx.execute(sql.CLEAR_HELD, connector_id)
+        result = PruneResult(deleted=len(ids)) if plan.immediate else PruneResult(tuple(ids))
+    if plan.run_id is not None:
+        await tx.execute(sql.RUN_PRUNED, plan.run_id, result.deleting, result.held)
+    return result
 
 
 def _connector_args(c: Connector) -> list[Any]:

@@ -126,6 +126,61 @@ ALTER TABLE runs
     ADD COLUMN note text;
 """,
     ),
+    (
+        3,
+        # Deletions (DESIGN.md §11): the connector's prune settings, its crawl and held
+        # deletions; runs count deletions; documents carry their pending operation and
+        # whether the guard holds their deletion. What a full crawl saw is kept as one row per
+        # page (its external ids), not as a stamp on each document: a re-crawl of unchanged
+        # documents then writes one small row per page instead of a new version of every
+        # document. Tombstones are purged by age through a partial index.
+        """
+ALTER TABLE connectors
+    ADD COLUMN prune boolean NOT NULL DEFAULT true,
+    ADD COLUMN prune_max_fraction double precision NOT NULL DEFAULT 0.5,
+    ADD COLUMN full_crawl_schedule text,
+    ADD COLUMN deletions_held bigint NOT NULL DEFAULT 0,
+    ADD COLUMN crawl_id text,
+    ADD COLUMN crawl_full boolean NOT NULL DEFAULT false,
+    ADD COLUMN next_full_crawl_at timestamptz;
+
+ALTER TABLE runs
+    ADD COLUMN deleted bigint NOT NULL DEFAULT 0,
+    ADD COLUMN deletions_held bigint NOT NULL DEFAULT 0;
+
+ALTER TABLE documents
+    ADD COLUMN op text NOT NULL DEFAULT 'index',
+    ADD COLUMN held boolean NOT NULL DEFAULT false;
+
+CREATE INDEX documents_deleted_idx ON documents (updated_at) WHERE status = 'deleted';
+
+CREATE TABLE crawl_pages (
+    connector_id text COLLATE "C" NOT NULL REFERENCES connectors (id) ON DELETE CASCADE,
+    crawl_id     text COLLATE "C" NOT NULL,
+    ids          text[] COLLATE "C" NOT NULL
+);
+
+CREATE INDEX crawl_pages_crawl_idx ON crawl_pages (connector_id, crawl_id);
+""",
+    ),
+    (
+        4,
+        # The record fields a connector's content hash covers (NULL: the whole record).
+        "ALTER TABLE connectors ADD COLUMN hash_fields text[];",
+    ),
+    (
+        5,
+        # Instance heartbeats (GET /status): one row per process incarnation (its owner).
+        """
+CREATE TABLE instances (
+    owner        text COLLATE "C" PRIMARY KEY,
+    info         text NOT NULL,
+    heartbeat_at timestamptz NOT NULL
+);
+
+CREATE INDEX instances_heartbeat_at_idx ON instances (heartbeat_at);
+""",
+    ),
 )
 
 # --- connectors -------------------------------------------------------------------------
@@ -174,30 +229,116 @@ DELETE_CONNECTOR: Final = "DELETE FROM connectors WHERE id = $1"  # runs go by c
 FENCE_PAGE: Final = """
 UPDATE connectors SET
     resume_cursor = $3, source_state = $4, progress_pages = progress_pages + 1,
-    progress_documents = progress_documents + $5, sync_heartbeat_at = $6
+    progress_documents = progress_documents + $5, sync_heartbeat_at = $6,
+    crawl_id = coalesce($7::text, crawl_id), crawl_full = coalesce($8::boolean, crawl_full)
 WHERE id = $1 AND run_id = $2
 RETURNING id"""
 
 # One statement for the whole page; payloads are JSON text, stored as they are. The WHERE of
 # DO UPDATE leaves unchanged documents untouched (no new row version), and RETURNING yields
 # exactly the ids to enqueue. Parameters: connector id, external ids, content hashes,
-# payloads, now, rules.REQUEUE_ERROR, the status to write, rules.REQUEUE_STATUS.
+# payloads, now, rules.REQUEUE_ERROR, the status to write, rules.REQUEUE_STATUS. A document
+# written is an index operation, no longer held.
 UPSERT_DOCUMENTS: Final = """
 INSERT INTO documents AS d
     (connector_id, external_id, status, content_hash, payload, error, attempts,
-     created_at, updated_at, indexed_at)
+     created_at, updated_at, indexed_at, op)
 SELECT $1, t.external_id, $7::text, t.content_hash, t.payload, NULL, 0,
        $5::timestamptz, $5::timestamptz,
-       CASE WHEN $7::text = 'indexed' THEN $5::timestamptz END
+       CASE WHEN $7::text = 'indexed' THEN $5::timestamptz END, 'index'
 FROM unnest($2::text[], $3::text[], $4::text[]) AS t(external_id, content_hash, payload)
 ON CONFLICT (connector_id, external_id) DO UPDATE SET
     status = excluded.status, content_hash = excluded.content_hash, payload = excluded.payload,
     error = NULL, attempts = 0, lease_token = NULL, lease_until = NULL,
-    updated_at = excluded.updated_at, indexed_at = COALESCE(excluded.indexed_at, d.indexed_at)
--- The enqueue rule, syncd.rules.must_write (a new document never reaches this WHERE).
+    updated_at = excluded.updated_at, indexed_at = COALESCE(excluded.indexed_at, d.indexed_at),
+    op = 'index', held = false
+-- The enqueue rule, syncd.rules.must_write (a new document never reaches this WHERE): a
+-- deleted document, or one being deleted, that a crawl sees again is indexed again.
 WHERE d.content_hash <> excluded.content_hash
    OR (d.status = $8 AND d.error = $6)
+   OR d.status = 'deleted' OR d.op = 'delete'
 RETURNING d.external_id"""
+
+# What a full crawl saw: the page's external ids, one row per page.
+SEEN_PAGE: Final = "INSERT INTO crawl_pages (connector_id, crawl_id, ids) VALUES ($1, $2, $3)"
+
+# --- deletions (DESIGN.md §11) ------------------------------------------------------------
+
+# Live documents not already on their way out: what a prune may delete or hold.
+_PRUNABLE: Final = (
+    "d.status <> 'deleted' AND NOT (d.op = 'delete' AND d.status IN ('pending', 'running'))"
+)
+
+
+def _seen(crawl: str | None) -> str:
+    """The external ids the pages of crawl ``crawl`` (a parameter; every crawl kept if
+    ``None``) of connector ``$1`` saw: a set to anti-join with (``NOT EXISTS``)."""
+    which = "" if crawl is None else f" AND p.crawl_id = {crawl}"
+    return f"""
+    SELECT 1 FROM crawl_pages AS p, unnest(p.ids) AS s(external_id)
+    WHERE p.connector_id = $1{which} AND s.external_id = d.external_id"""
+
+
+def _mark_delete(selection: str) -> str:
+    """A deletion of the connector's prunable documents matching ``selection`` (on ``d``):
+    at once ($2 = 'deleted', the payload dropped) or as a pending delete operation
+    ($2 = 'pending') that travels the queue like an index. Parameters: connector id, status,
+    now, then the selection's own ($4)."""
+    return f"""
+WITH c AS (
+    SELECT d.external_id FROM documents AS d
+    WHERE d.connector_id = $1 AND {_PRUNABLE} AND {selection}
+    ORDER BY d.external_id
+    FOR UPDATE OF d
+)
+UPDATE documents AS d SET
+    op = 'delete', status = $2, error = NULL, attempts = 0, held = false, lease_token = NULL,
+    lease_until = NULL, updated_at = $3,
+    payload = CASE WHEN $2::text = 'deleted' THEN 'null' ELSE d.payload END
+FROM c
+WHERE d.connector_id = $1 AND d.external_id = c.external_id
+RETURNING d.external_id"""
+
+
+DELETE_IDS: Final = _mark_delete("d.external_id = ANY($4::text[])")
+DELETE_UNSEEN: Final = _mark_delete(f"NOT EXISTS ({_seen('$4')})")
+# Held, and not seen again by a crawl begun since (its pages are the only ones kept).
+DELETE_HELD: Final = _mark_delete(f"d.held AND NOT EXISTS ({_seen(None)})")
+
+HOLD_UNSEEN: Final = f"""
+WITH c AS (
+    SELECT d.external_id FROM documents AS d
+    WHERE d.connector_id = $1 AND {_PRUNABLE} AND NOT EXISTS ({_seen("$2")})
+    ORDER BY d.external_id
+    FOR UPDATE OF d
+)
+UPDATE documents AS d SET held = true
+FROM c
+WHERE d.connector_id = $1 AND d.external_id = c.external_id"""
+
+CLEAR_HELD: Final = "UPDATE documents SET held = false WHERE connector_id = $1 AND held"
+FORGET_CRAWLS: Final = "DELETE FROM crawl_pages WHERE connector_id = $1"
+
+# The guard's figures: live documents, and those of them the crawl did not see (an anti-join
+# with the crawl's distinct ids).
+PRUNE_COUNTS: Final = """
+WITH seen AS (
+    SELECT DISTINCT s.external_id
+    FROM crawl_pages AS p, unnest(p.ids) AS s(external_id)
+    WHERE p.connector_id = $1 AND p.crawl_id = $2
+)
+SELECT count(*) AS live,
+       count(*) FILTER (
+           WHERE seen.external_id IS NULL
+             AND NOT (d.op = 'delete' AND d.status IN ('pending', 'running'))
+       ) AS unseen
+FROM documents AS d LEFT JOIN seen ON seen.external_id = d.external_id
+WHERE d.connector_id = $1 AND d.status <> 'deleted'"""
+
+RUN_PRUNED: Final = """
+UPDATE runs SET deleted = deleted + $2, deletions_held = deletions_held + $3 WHERE id = $1"""
+
+PURGE_DELETED: Final = "DELETE FROM documents WHERE status = 'deleted' AND updated_at < $1"
 
 # The sample of rejections is read and rewritten only when a page rejected records (the
 # connector row lock of the fence serialises the run's writes); a null sample or note leaves
@@ -209,7 +350,8 @@ UPDATE runs SET
     pages = pages + 1, documents_seen = documents_seen + $2,
     documents_enqueued = documents_enqueued + $3,
     documents_rejected = documents_rejected + $4,
-    rejections = coalesce($5::text, rejections), note = coalesce($6::text, note)
+    rejections = coalesce($5::text, rejections), note = coalesce($6::text, note),
+    deleted = deleted + $7
 WHERE id = $1"""
 
 # The fence of a run's writes that do not checkpoint (its requeue of aborted documents): the
@@ -324,7 +466,8 @@ WITH c AS (
 UPDATE documents AS d SET
     status = r.status, error = r.error, lease_token = NULL, lease_until = NULL,
     updated_at = $3,
-    indexed_at = CASE WHEN r.status = 'indexed' THEN $3 ELSE d.indexed_at END
+    indexed_at = CASE WHEN r.status = 'indexed' THEN $3 ELSE d.indexed_at END,
+    payload = CASE WHEN r.status = 'deleted' THEN 'null' ELSE d.payload END
 FROM c, unnest($4::text[], $5::text[], $6::text[]) AS r(external_id, status, error)
 WHERE d.connector_id = $1 AND d.external_id = c.external_id
   AND r.external_id = c.external_id"""
@@ -378,3 +521,19 @@ WHERE d.connector_id = $1 AND d.external_id = c.external_id
 RETURNING d.external_id"""
 
 PING: Final = "SELECT 1"
+
+# Metrics (syncd/metrics.py): whole-store totals, one aggregate query each.
+DOCUMENT_TOTALS: Final = "SELECT status, count(*) AS n FROM documents GROUP BY status"
+
+CONNECTOR_TOTALS: Final = """
+SELECT status, sync_status, count(*) AS n FROM connectors GROUP BY status, sync_status"""
+
+# Instance heartbeats (GET /status).
+HEARTBEAT_INSTANCE: Final = """
+INSERT INTO instances (owner, info, heartbeat_at) VALUES ($1, $2, $3)
+ON CONFLICT (owner) DO UPDATE SET info = excluded.info, heartbeat_at = excluded.heartbeat_at"""
+
+LIST_INSTANCES: Final = """
+SELECT owner, info, heartbeat_at FROM instances WHERE heartbeat_at > $1 ORDER BY owner"""
+
+REMOVE_INSTANCE: Final = "DELETE FROM instances WHERE owner = $1"

@@ -18,31 +18,41 @@ from syncd.errors import ConfigError, Fenced, NotFound
 from syncd.models import (
     Connector,
     ConnectorStatus,
+    Crawl,
+    DocOp,
     DocStatus,
     Document,
     DocumentInput,
+    PruneAction,
+    PruneCounts,
+    PrunePlan,
+    PruneResult,
     Rejection,
     Run,
+    SyncStatus,
+    Transition,
     Waiting,
 )
 from syncd.rules import ExistingDocument, plan_page
 from syncd.store import sqlite_sql as sql
-from syncd.store.base import Change
+from syncd.store.base import Change, InstanceBeat, PruneChange
 from syncd.store.codec import (
     connector_from_row,
     connector_to_row,
+    decode_dt,
     document_from_row,
     dump_json,
     encode_dt,
+    load_json,
     merge_rejections,
     payload_text,
     run_from_row,
 )
-from syncd.store.sqlite_conn import SQLiteDatabase
+from syncd.store.sqlite_conn import SQLiteDatabase, SQLiteSession
 
 __all__ = ["SQLiteStore"]
 
-_FINISHED = frozenset({DocStatus.INDEXED, DocStatus.FAILED})
+_FINISHED = frozenset({DocStatus.INDEXED, DocStatus.FAILED, DocStatus.DELETED})
 
 
 class SQLiteStore:
@@ -124,29 +134,7 @@ class SQLiteStore:
             if row is None:
                 raise NotFound()
             before = connector_from_row(row)
-            transition = change(before)
-            after = transition.connector
-            if (after.id, after.created_at) != (before.id, before.created_at):
-                # Neither is ever rewritten; return what the store now holds.
-                after = replace(after, id=before.id, created_at=before.created_at)
-            await tx.execute(sql.UPDATE_CONNECTOR, **connector_to_row(after))
-            if (start := transition.start) is not None:
-                await tx.execute(
-                    sql.INSERT_RUN,
-                    start.id,
-                    start.connector_id,
-                    start.trigger.value,
-                    encode_dt(start.started_at),
-                    start.owner,
-                )
-            if transition.ends:
-                await tx.executemany(
-                    sql.END_RUN,
-                    [
-                        (end.outcome.value, encode_dt(end.finished_at), end.error, end.id)
-                        for end in transition.ends
-                    ],
-                )
+            after = await self._write_transition(tx, before, change(before))
             if fail_documents is not None:
                 await tx.execute(
                     sql.FAIL_DOCUMENTS,
@@ -156,6 +144,88 @@ class SQLiteStore:
                     connector_id,
                 )
         return before, after
+
+    async def mutate_with_prune(
+        self, connector_id: str, change: PruneChange, *, unseen_by: str | None = None
+    ) -> tuple[Connector, Connector, PruneResult]:
+        """:meth:`mutate_connector` whose change also sees the prune counts of crawl
+        ``unseen_by`` and whose transition's prune plan is applied in the same transaction
+        (see :meth:`syncd.store.Store.mutate_with_prune`)."""
+        async with self._db.transaction() as tx:
+            row = await tx.fetch_one(sql.GET_CONNECTOR, connector_id)
+            if row is None:
+                raise NotFound()
+            before = connector_from_row(row)
+            # Only the completion of the connector's own crawl counts, and forgets the crawl.
+            completing = unseen_by is not None and before.crawl_id == unseen_by
+            counts = None
+            if completing:
+                found = await tx.fetch_one(sql.PRUNE_COUNTS, connector_id, unseen_by)
+                assert found is not None  # an aggregate always has a row
+                counts = PruneCounts(int(found[0]), int(found[1]))
+            transition = change(before, counts)
+            after = await self._write_transition(tx, before, transition)
+            if completing and before.deletions_held:
+                # The crawl recomputes what is held (documents are held only while the
+                # connector's deletions_held says so: applying them unmarks the rest).
+                await tx.execute(sql.CLEAR_HELD, connector_id)
+            result = PruneResult()
+            if transition.prune is not None:
+                result = await self._prune(tx, connector_id, transition.prune, after.updated_at)
+            if completing:
+                await tx.execute(sql.FORGET_CRAWLS, connector_id)
+        return before, after, result
+
+    async def _prune(
+        self, tx: SQLiteSession, connector_id: str, plan: PrunePlan, now: datetime
+    ) -> PruneResult:
+        at = encode_dt(now)
+        if plan.action is PruneAction.HOLD_UNSEEN:
+            held = await tx.execute(sql.HOLD_UNSEEN, connector_id, plan.crawl_id)
+            result = PruneResult(held=held)
+        else:
+            status = DocStatus.DELETED if plan.immediate else DocStatus.PENDING
+            if plan.action is PruneAction.DELETE_UNSEEN:
+                query, args = sql.DELETE_UNSEEN, [plan.crawl_id]
+            else:
+                query, args = sql.DELETE_HELD, []
+            rows = await tx.fetch_all(query, status.value, at, connector_id, *args)
+            ids = sorted(r[0] for r in rows)
+            if plan.action is PruneAction.DELETE_HELD:
+                # Those seen again since are no longer held.
+                await tx.execute(sql.CLEAR_HELD, connector_id)
+            result = PruneResult(deleted=len(ids)) if plan.immediate else PruneResult(tuple(ids))
+        if plan.run_id is not None:
+            await tx.execute(sql.RUN_PRUNED, result.deleting, result.held, plan.run_id)
+        return result
+
+    async def _write_transition(
+        self, tx: SQLiteSession, before: Connector, transition: Transition
+    ) -> Connector:
+        """Write a transition's connector and run rows; the connector as written."""
+        after = transition.connector
+        if (after.id, after.created_at) != (before.id, before.created_at):
+            # Neither is ever rewritten; return what the store now holds.
+            after = replace(after, id=before.id, created_at=before.created_at)
+        await tx.execute(sql.UPDATE_CONNECTOR, **connector_to_row(after))
+        if (start := transition.start) is not None:
+            await tx.execute(
+                sql.INSERT_RUN,
+                start.id,
+                start.connector_id,
+                start.trigger.value,
+                encode_dt(start.started_at),
+                start.owner,
+            )
+        if transition.ends:
+            await tx.executemany(
+                sql.END_RUN,
+                [
+                    (end.outcome.value, encode_dt(end.finished_at), end.error, end.id)
+                    for end in transition.ends
+                ],
+            )
+        return after
 
     async def delete_connector(self, connector_id: str) -> None:
         """Delete the connector with all its documents and runs (no-op if missing)."""
@@ -184,6 +254,9 @@ class SQLiteStore:
         indexed: bool = False,
         rejected: Sequence[Rejection] = (),
         note: str | None = None,
+        crawl: Crawl | None = None,
+        deletions: Sequence[str] = (),
+        delete_now: bool = False,
     ) -> list[str]:
         """Upsert a crawled page and checkpoint the run in one transaction, fenced by
         ``run_id`` (see :meth:`syncd.store.Store.commit_page`). Returns the external ids to
@@ -191,15 +264,25 @@ class SQLiteStore:
         at = encode_dt(now)
         status = DocStatus.INDEXED.value if indexed else DocStatus.PENDING.value
         state = dump_json(dict(source_state))
-        ids = dump_json([d.external_id for d in documents])
+        page_ids = [d.external_id for d in documents]
+        ids = dump_json(page_ids)
+        crawl_id = crawl.id if crawl is not None else None
         async with self._db.transaction() as tx:
             checkpointed = await tx.execute(
-                sql.CHECKPOINT_PAGE, next_cursor, state, len(documents), at, connector_id, run_id
+                sql.CHECKPOINT_PAGE,
+                next_cursor,
+                state,
+                len(documents),
+                at,
+                crawl_id,
+                None if crawl is None else crawl.full,
+                connector_id,
+                run_id,
             )
             if checkpointed != 1:
                 raise Fenced(f"run {run_id} is no longer the current run of {connector_id}")
             existing = {
-                r[0]: ExistingDocument(r[1], DocStatus(r[2]), r[3])
+                r[0]: ExistingDocument(r[1], DocStatus(r[2]), r[3], DocOp(r[4]))
                 for r in await tx.fetch_all(sql.EXISTING_DOCUMENTS, connector_id, ids)
             }
             enqueue = plan_page(documents, existing)
@@ -212,15 +295,35 @@ class SQLiteStore:
                         for d in enqueue
                     ],
                 )
+            # What a full crawl saw, for its prune: one row for the page. An incremental
+            # crawl never prunes and keeps nothing.
+            if crawl is not None and crawl.full and page_ids:
+                await tx.execute(sql.SEEN_PAGE, connector_id, crawl.id, ids)
+            gone: list[str] = []
+            if deletions:
+                # A tombstone for an id the page also holds as a record is not a deletion.
+                seen = set(page_ids)
+                doomed = dump_json([e for e in dict.fromkeys(deletions) if e not in seen])
+                target = DocStatus.DELETED if delete_now else DocStatus.PENDING
+                rows = await tx.fetch_all(sql.DELETE_IDS, target.value, at, connector_id, doomed)
+                gone = sorted(r[0] for r in rows)
             sample = None
             if rejected:
                 run = await tx.fetch_one(sql.RUN_REJECTIONS, run_id)
                 if run is not None:
                     sample = merge_rejections(run[1], int(run[0]) + 1, rejected)
             await tx.execute(
-                sql.COUNT_PAGE, len(documents), len(enqueue), len(rejected), sample, note, run_id
+                sql.COUNT_PAGE,
+                len(documents),
+                len(enqueue),
+                len(rejected),
+                sample,
+                note,
+                len(gone),
+                run_id,
             )
-        return [d.external_id for d in enqueue]
+        queued = [] if delete_now else gone
+        return [d.external_id for d in enqueue] + queued
 
     async def report(
         self, connector_id: str, run_id: str, *, now: datetime, waiting: Waiting | None
@@ -339,7 +442,7 @@ class SQLiteStore:
         params: list[tuple[Any, ...]] = []
         for external_id, status, error in results:
             if status not in _FINISHED:
-                raise ValueError(f"a finished document is indexed or failed, not {status}")
+                raise ValueError(f"a finished document is indexed, failed or deleted, not {status}")
             params.append((status.value, error, at, connector_id, external_id, lease_token))
         if not params:
             return 0
@@ -399,3 +502,42 @@ class SQLiteStore:
             else:
                 rows = await tx.fetch_all(sql.REQUEUE_DOCUMENTS_WITH_ERROR, at, connector_id, error)
         return sorted(r[0] for r in rows)
+
+    async def purge_deleted(self, before: datetime) -> int:
+        """Remove ``deleted`` documents (tombstones) deleted before ``before``; how many."""
+        async with self._db.transaction() as tx:
+            return await tx.execute(sql.PURGE_DELETED, encode_dt(before))
+
+    async def document_totals(self) -> dict[DocStatus, int]:
+        """Documents of every connector per status (every status present, zero if none)."""
+        rows = await self._db.fetch_all(sql.DOCUMENT_TOTALS)
+        counts = {DocStatus(r[0]): int(r[1]) for r in rows}
+        return {s: counts.get(s, 0) for s in DocStatus}
+
+    async def connector_totals(self) -> dict[tuple[ConnectorStatus, SyncStatus], int]:
+        """Connectors per ``(status, sync_status)`` (every pair present, zero if none)."""
+        totals = {(s, y): 0 for s in ConnectorStatus for y in SyncStatus}
+        for r in await self._db.fetch_all(sql.CONNECTOR_TOTALS):
+            totals[ConnectorStatus(r[0]), SyncStatus(r[1])] = int(r[2])
+        return totals
+
+    # --- instances (GET /status) --------------------------------------------------------
+
+    async def heartbeat_instance(self, owner: str, info: Mapping[str, Any], now: datetime) -> None:
+        """Upsert the instance's heartbeat row."""
+        async with self._db.transaction() as tx:
+            await tx.execute(sql.HEARTBEAT_INSTANCE, owner, dump_json(dict(info)), encode_dt(now))
+
+    async def list_instances(self, since: datetime) -> list[InstanceBeat]:
+        """Instances whose heartbeat is newer than ``since``, by owner."""
+        rows = await self._db.fetch_all(sql.LIST_INSTANCES, encode_dt(since))
+        return [
+            InstanceBeat(owner, load_json(info), heartbeat_at)
+            for owner, info, at in rows
+            if (heartbeat_at := decode_dt(at)) is not None  # always: a NOT NULL column
+        ]
+
+    async def remove_instance(self, owner: str) -> None:
+        """Delete the instance's heartbeat row."""
+        async with self._db.transaction() as tx:
+            await tx.execute(sql.REMOVE_INSTANCE, owner)

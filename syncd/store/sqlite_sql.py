@@ -107,6 +107,53 @@ MIGRATIONS: tuple[Migration, ...] = (
             "ALTER TABLE runs ADD COLUMN note TEXT",
         ),
     ),
+    # Deletions (DESIGN.md §11): the connector's prune settings, its crawl and held
+    # deletions; runs count deletions; documents carry their pending operation and whether
+    # the guard holds their deletion. What a full crawl saw is kept as one row per page (its
+    # external ids), not as a stamp on each document: a re-crawl of unchanged documents then
+    # writes one small row per page instead of rewriting every document. Tombstones are
+    # purged by age: a partial index finds them.
+    Migration(
+        3,
+        (
+            "ALTER TABLE connectors ADD COLUMN prune INTEGER NOT NULL DEFAULT 1",
+            "ALTER TABLE connectors ADD COLUMN prune_max_fraction REAL NOT NULL DEFAULT 0.5",
+            "ALTER TABLE connectors ADD COLUMN full_crawl_schedule TEXT",
+            "ALTER TABLE connectors ADD COLUMN deletions_held INTEGER NOT NULL DEFAULT 0",
+            "ALTER TABLE connectors ADD COLUMN crawl_id TEXT",
+            "ALTER TABLE connectors ADD COLUMN crawl_full INTEGER NOT NULL DEFAULT 0",
+            "ALTER TABLE connectors ADD COLUMN next_full_crawl_at TEXT",
+            "ALTER TABLE runs ADD COLUMN deleted INTEGER NOT NULL DEFAULT 0",
+            "ALTER TABLE runs ADD COLUMN deletions_held INTEGER NOT NULL DEFAULT 0",
+            "ALTER TABLE documents ADD COLUMN op TEXT NOT NULL DEFAULT 'index'",
+            "ALTER TABLE documents ADD COLUMN held INTEGER NOT NULL DEFAULT 0",
+            "CREATE INDEX documents_deleted ON documents (updated_at) WHERE status = 'deleted'",
+            """
+            CREATE TABLE crawl_pages (
+                connector_id TEXT NOT NULL REFERENCES connectors (id) ON DELETE CASCADE,
+                crawl_id     TEXT NOT NULL,
+                ids          TEXT NOT NULL
+            )
+            """,
+            "CREATE INDEX crawl_pages_crawl ON crawl_pages (connector_id, crawl_id)",
+        ),
+    ),
+    # The record fields a connector's content hash covers: a JSON array, NULL for all.
+    Migration(4, ("ALTER TABLE connectors ADD COLUMN hash_fields TEXT",)),
+    # Instance heartbeats (GET /status): one row per process incarnation (its owner).
+    Migration(
+        5,
+        (
+            """
+            CREATE TABLE instances (
+                owner        TEXT PRIMARY KEY,
+                info         TEXT NOT NULL,
+                heartbeat_at TEXT NOT NULL
+            )
+            """,
+            "CREATE INDEX instances_heartbeat_at ON instances (heartbeat_at)",
+        ),
+    ),
 )
 
 # --- setup ------------------------------------------------------------------------------
@@ -188,34 +235,95 @@ LIST_RUNS_BEFORE = f"{_RUN_SELECT} WHERE connector_id = ? AND id < ? ORDER BY id
 # --- run writes (fenced) ----------------------------------------------------------------
 
 # The fence and the checkpoint in one statement: no row changed means "not the current run".
+# A null crawl (a run that cannot stamp) leaves the connector's crawl as it is.
 CHECKPOINT_PAGE = (
     "UPDATE connectors SET resume_cursor = ?, source_state = ?, "
     "progress_pages = progress_pages + 1, progress_documents = progress_documents + ?, "
-    "sync_heartbeat_at = ? WHERE id = ? AND run_id = ?"
+    "sync_heartbeat_at = ?, crawl_id = COALESCE(?, crawl_id), "
+    "crawl_full = COALESCE(?, crawl_full) WHERE id = ? AND run_id = ?"
 )
 EXISTING_DOCUMENTS = (
-    "SELECT external_id, content_hash, status, error FROM documents "
+    "SELECT external_id, content_hash, status, error, op FROM documents "
     "WHERE connector_id = ? AND external_id IN (SELECT value FROM json_each(?))"
 )
-# The documents syncd.rules.plan_page picks (new, changed, failed by an abort) alike become
-# pending with a clean slate; a running one loses its lease, so the worker indexing the old
-# content cannot record a result for it.
+# The documents syncd.rules.plan_page picks (new, changed, failed by an abort, deleted or
+# being deleted) alike become pending index operations with a clean slate (no longer held);
+# a running one loses its lease, so the worker indexing the old content cannot record a
+# result for it.
 UPSERT_DOCUMENT = (
     "INSERT INTO documents (connector_id, external_id, status, content_hash, created_at, "
-    "updated_at, attempts, payload, indexed_at) VALUES (?1, ?2, ?6, ?3, ?5, ?5, 0, ?4, "
-    "CASE WHEN ?6 = 'indexed' THEN ?5 END) "
+    "updated_at, attempts, payload, indexed_at, op) VALUES (?1, ?2, ?6, ?3, ?5, ?5, "
+    "0, ?4, CASE WHEN ?6 = 'indexed' THEN ?5 END, 'index') "
     "ON CONFLICT (connector_id, external_id) DO UPDATE SET status = excluded.status, "
     "content_hash = excluded.content_hash, payload = excluded.payload, error = NULL, "
     "attempts = 0, lease_token = NULL, lease_until = NULL, updated_at = excluded.updated_at, "
-    "indexed_at = COALESCE(excluded.indexed_at, documents.indexed_at)"
+    "indexed_at = COALESCE(excluded.indexed_at, documents.indexed_at), op = 'index', held = 0"
 )
+# What a full crawl saw: the page's external ids (a JSON array), one row per page.
+SEEN_PAGE = "INSERT INTO crawl_pages (connector_id, crawl_id, ids) VALUES (?, ?, ?)"
+
+# --- deletions (DESIGN.md §11) ----------------------------------------------------------
+
+# Live documents not already on their way out: what a prune may delete or hold.
+_PRUNABLE = "status <> 'deleted' AND NOT (op = 'delete' AND status IN ('pending', 'running'))"
+
+
+def _seen(connector: str, crawl: str | None) -> str:
+    """The external ids the pages of crawl ``crawl`` (every crawl kept, if ``None``) of
+    connector ``connector`` saw (both parameter references). Not correlated: SQLite builds it
+    once, as an index, for ``NOT IN``."""
+    which = "" if crawl is None else f" AND p.crawl_id = {crawl}"
+    return (
+        "SELECT j.value FROM crawl_pages AS p, json_each(p.ids) AS j "
+        f"WHERE p.connector_id = {connector}{which}"
+    )
+
+
+# A deletion: at once (?1 = 'deleted', the payload dropped) or as a pending delete operation
+# (?1 = 'pending') that travels the queue like an index. Parameters: status, now, connector
+# id, then the selection's own.
+_MARK_DELETE = (
+    "UPDATE documents SET op = 'delete', status = ?1, error = NULL, attempts = 0, held = 0, "
+    "lease_token = NULL, lease_until = NULL, updated_at = ?2, "
+    "payload = CASE WHEN ?1 = 'deleted' THEN 'null' ELSE payload END "
+    f"WHERE connector_id = ?3 AND {_PRUNABLE} AND "
+)
+DELETE_IDS = f"{_MARK_DELETE}external_id IN (SELECT value FROM json_each(?4)) RETURNING external_id"
+DELETE_UNSEEN = f"{_MARK_DELETE}external_id NOT IN ({_seen('?3', '?4')}) RETURNING external_id"
+# Held, and not seen again by a crawl begun since (its pages are the only ones kept).
+DELETE_HELD = (
+    f"{_MARK_DELETE}held AND external_id NOT IN ({_seen('?3', None)}) RETURNING external_id"
+)
+HOLD_UNSEEN = (
+    f"UPDATE documents SET held = 1 WHERE connector_id = ?1 AND {_PRUNABLE} "
+    f"AND external_id NOT IN ({_seen('?1', '?2')})"
+)
+CLEAR_HELD = "UPDATE documents SET held = 0 WHERE connector_id = ? AND held"
+FORGET_CRAWLS = "DELETE FROM crawl_pages WHERE connector_id = ?"
+# The guard's figures: live documents, and those of them the crawl did not see (less those
+# being deleted already). The first two counts read only the documents_status index (the
+# statuses are listed: "<> 'deleted'" would not use it); the third reads the few pending or
+# running documents.
+_LIVE = "status IN ('pending', 'running', 'indexed', 'failed') AND connector_id = ?1"
+PRUNE_COUNTS = (
+    f"SELECT (SELECT count(*) FROM documents WHERE {_LIVE}), "
+    f"(SELECT count(*) FROM documents WHERE {_LIVE} "
+    f"AND external_id NOT IN ({_seen('?1', '?2')})) - "
+    "(SELECT count(*) FROM documents WHERE status IN ('pending', 'running') "
+    f"AND connector_id = ?1 AND op = 'delete' AND external_id NOT IN ({_seen('?1', '?2')}))"
+)
+RUN_PRUNED = (
+    "UPDATE runs SET deleted = deleted + ?, deletions_held = deletions_held + ? WHERE id = ?"
+)
+PURGE_DELETED = "DELETE FROM documents WHERE status = 'deleted' AND updated_at < ?"
 # The sample of rejections is read and rewritten only when a page rejected records; a null
 # sample or note leaves the column as it is.
 RUN_REJECTIONS = "SELECT pages, rejections FROM runs WHERE id = ?"
 COUNT_PAGE = (
     "UPDATE runs SET pages = pages + 1, documents_seen = documents_seen + ?, "
     "documents_enqueued = documents_enqueued + ?, documents_rejected = documents_rejected + ?, "
-    "rejections = COALESCE(?, rejections), note = COALESCE(?, note) WHERE id = ?"
+    "rejections = COALESCE(?, rejections), note = COALESCE(?, note), deleted = deleted + ? "
+    "WHERE id = ?"
 )
 # The fence of a run's writes that do not checkpoint (e.g. its requeue of aborted documents):
 # read under the write lock, so an abort cannot slip in before the write.
@@ -271,7 +379,8 @@ CLAIM_DOCUMENTS_NO_PAYLOAD = f"{_CLAIM}RETURNING {_DOC_COLUMNS}"
 FINISH_DOCUMENT = (
     "UPDATE documents SET status = ?1, error = ?2, "
     "indexed_at = CASE WHEN ?1 = 'indexed' THEN ?3 ELSE indexed_at END, updated_at = ?3, "
-    "lease_token = NULL, lease_until = NULL "
+    "lease_token = NULL, lease_until = NULL, "
+    "payload = CASE WHEN ?1 = 'deleted' THEN 'null' ELSE payload END "
     "WHERE connector_id = ?4 AND external_id = ?5 AND status = 'running' AND lease_token = ?6"
 )
 EXTEND_LEASES = (
@@ -296,3 +405,19 @@ REQUEUE_DOCUMENTS_WITH_ERROR = (
     "UPDATE documents SET status = 'pending', attempts = 0, error = NULL, updated_at = ? "
     "WHERE status = 'failed' AND connector_id = ? AND error = ? RETURNING external_id"
 )
+
+# Metrics (syncd/metrics.py): whole-store totals, one aggregate query each.
+DOCUMENT_TOTALS = "SELECT status, count(*) FROM documents GROUP BY status"
+CONNECTOR_TOTALS = (
+    "SELECT status, sync_status, count(*) FROM connectors GROUP BY status, sync_status"
+)
+
+# Instance heartbeats (GET /status).
+HEARTBEAT_INSTANCE = (
+    "INSERT INTO instances (owner, info, heartbeat_at) VALUES (?, ?, ?) "
+    "ON CONFLICT (owner) DO UPDATE SET info = excluded.info, heartbeat_at = excluded.heartbeat_at"
+)
+LIST_INSTANCES = (
+    "SELECT owner, info, heartbeat_at FROM instances WHERE heartbeat_at > ? ORDER BY owner"
+)
+REMOVE_INSTANCE = "DELETE FROM instances WHERE owner = ?"

@@ -25,10 +25,10 @@ async def test_sighup_reloads_log_level_without_dropping_a_run(
     daemon.send_signal(signal.SIGHUP)
 
     async def reloaded() -> bool:
-        return any(e.get("event") == "configuration reloaded" for e in daemon.log_events())
+        return any(e.get("event") == "runner.reloaded" for e in daemon.log_events())
 
     await wait_until(reloaded, "the reload to be logged")
-    event = next(e for e in daemon.log_events() if e.get("event") == "configuration reloaded")
+    event = next(e for e in daemon.log_events() if e.get("event") == "runner.reloaded")
     assert (event["log_level"], event["tick_seconds"]) == ("warning", 2.0)
     after_reload = len(daemon.log_events())
 
@@ -41,7 +41,7 @@ async def test_sighup_reloads_log_level_without_dropping_a_run(
     await wait_until(finished, "the run to finish")
     runs = await harness.api.runs(cid)
     assert [(r["id"], r["outcome"]) for r in runs] == [(run["run_id"], "succeeded")]
-    # Info lines ("sync ended", ...) are no longer written at level warning.
+    # Info lines ("sync.ended", ...) are no longer written at level warning.
     later = daemon.log_events()[after_reload:]
     assert not [e for e in later if e.get("level") == "info"], later
     assert daemon.returncode is None  # still serving; the harness stops it

@@ -59,7 +59,7 @@ async def test_sigterm_interrupts_the_run_and_the_next_sync_resumes(
     assert await daemon.wait(GRACE + 5) == 0
     elapsed = time.monotonic() - signalled
     assert elapsed < GRACE, f"stopping took {elapsed:.2f}s"
-    ended = [e for e in daemon.log_events() if e.get("event") == "sync ended"]
+    ended = [e for e in daemon.log_events() if e.get("event") == "sync.ended"]
     assert [(e["run_id"], e["outcome"]) for e in ended][-1] == (run_id, "interrupted")
 
     await harness.start()
@@ -133,7 +133,8 @@ async def test_kill_9_leaves_an_orphaned_run_that_abort_clears(
 
     async def all_indexed() -> bool:
         documents = (await harness.api.connector(cid))["documents"]
-        return bool(documents == {"pending": 0, "running": 0, "indexed": 25, "failed": 0})
+        expected = {"pending": 0, "running": 0, "indexed": 25, "failed": 0, "deleted": 0}
+        return bool(documents == expected)
 
     await wait_until(all_indexed, "every document indexed")
 

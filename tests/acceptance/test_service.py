@@ -137,7 +137,7 @@ async def test_socket_activation_serves_the_passed_socket(harness: Harness) -> N
     assert health.status == 200
     assert (await api.get("/connectors")).json == {"data": [], "next_cursor": None}
     assert not harness.socket_path.exists()
-    started = [e for e in daemon.log_events() if e.get("event") == "syncd started"]
+    started = [e for e in daemon.log_events() if e.get("event") == "daemon.started"]
     assert len(started) == 1
 
     daemon.send_signal(signal.SIGTERM)
@@ -218,7 +218,7 @@ async def test_secrets_never_leave_the_daemon(
     assert await daemon.wait(10.0) == 0
     logs = daemon.output
     events = daemon.log_events()
-    assert any(e.get("event") == "sync failed" for e in events)  # the failure was logged
+    assert any(e.get("event") == "sync.failed" for e in events)  # the failure was logged
     for canary in canaries:
         assert canary not in logs, f"{canary} in the daemon's output"
         for body in bodies:

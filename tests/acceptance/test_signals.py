@@ -69,7 +69,7 @@ async def test_second_sigterm_exits_at_once(
     daemon.send_signal(signal.SIGTERM)
 
     async def stopping() -> bool:
-        return any(e.get("event") == "stopping" for e in daemon.log_events())
+        return any(e.get("event") == "runner.stopping" for e in daemon.log_events())
 
     await wait_until(stopping, "the graceful stop to begin")
     signalled = time.monotonic()

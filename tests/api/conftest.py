@@ -58,8 +58,13 @@ CONNECTOR_KEYS = {
     "sync_owner",
     "sync_heartbeat_at",
     "documents",
+    "prune",
+    "prune_max_fraction",
+    "full_crawl_schedule",
+    "deletions_held",
+    "hash_fields",
 }
-ZERO_DOCS = {"pending": 0, "running": 0, "indexed": 0, "failed": 0}
+ZERO_DOCS = {"pending": 0, "running": 0, "indexed": 0, "failed": 0, "deleted": 0}
 
 
 @dataclass

@@ -14,6 +14,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
+from pydantic import BaseModel, ConfigDict, Field
 
 from syncd.api import build_app, views
 from syncd.config import Config
@@ -25,6 +26,7 @@ from syncd.models import (
     Waiting,
     WaitReason,
 )
+from syncd.plugins import SourceKind
 from tests.integration.sourceserver import SourceServer
 
 from .conftest import (
@@ -132,6 +134,66 @@ async def test_inputs_that_once_crashed_are_field_errors(api: Api) -> None:
     assert details(never) == {("body", "sync_schedule"): "Must be a valid 5-field cron expression"}
 
 
+UNKNOWN_KEYS: list[tuple[dict[str, Any], tuple[Any, ...], str]] = [
+    ({"source": {**HTTP, "colour": 1}}, ("source", "colour"), "Unknown field"),
+    (
+        {"source": {**HTTP, "timeout": {"total": 1}}},
+        ("source", "timeout", "total"),
+        "Unknown field",
+    ),
+    (
+        {"source": {**HTTP, "pagination": {"type": "offset", "start": 1}}},
+        ("source", "pagination", "start"),
+        "Unknown field for pagination type 'offset'",
+    ),
+    (
+        {"indexer": {"type": "webhook", "url": "http://h/", "method": "PUT"}},
+        ("indexer", "method"),
+        "Unknown field",
+    ),
+    ({"indexer": {"type": "store", "x": 1}}, ("indexer", "x"), "Unknown field"),
+]
+
+
+@pytest.mark.parametrize(("fields", "loc", "message"), UNKNOWN_KEYS)
+async def test_unknown_keys_of_builtin_kinds_are_named(
+    api: Api, fields: dict[str, Any], loc: tuple[Any, ...], message: str
+) -> None:
+    c = await api.create()
+    body = {"name": "n", "source": {"type": "feed"}, **fields}
+    assert details(await api.post("/connectors", body)) == {("body", *loc): message}
+    assert details(await api.patch(f"/connectors/{c['id']}", fields)) == {("body", *loc): message}
+
+
+class CounterConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    count: int = Field(3, ge=1)
+
+
+async def test_a_plugin_config_model_is_checked(harness: Harness) -> None:
+    def counter(config: Mapping[str, Any], context: SourceContext) -> FeedSource:
+        return FeedSource(harness.feed)
+
+    harness.daemon.register_source(
+        "counter", SourceKind("counter", counter, config_model=CounterConfig)
+    )
+    bad = {"name": "n", "source": {"type": "counter", "count": "many", "bogus": True}}
+    assert details(await harness.api.post("/connectors", bad)) == {
+        ("body", "source", "count"): (
+            "Input should be a valid integer, unable to parse string as an integer"
+        ),
+        ("body", "source", "bogus"): "Unknown field",
+    }
+    created = await harness.api.post("/connectors", {"name": "n", "source": {"type": "counter"}})
+    assert created.status == 201, created.body
+    assert created.body["source"] == {"type": "counter"}  # no default written into it
+    # A plain factory (no model) takes any object with its type.
+    anything = {"type": "feed", "count": "many", "bogus": True}
+    created = await harness.api.post("/connectors", {"name": "m", "source": anything})
+    assert created.status == 201, created.body
+    assert created.body["source"] == anything
+
+
 async def test_unknown_connector_is_404_before_query_errors(api: Api) -> None:
     for path in (
         f"/connectors/{MISSING}/runs?limit=abc",
@@ -188,11 +250,11 @@ async def test_bad_status_filters(api: Api) -> None:
     }
     reply = await api.get(f"/connectors/{c['id']}/documents", params={"status": "active"})
     assert details(reply) == {
-        ("query", "status"): "Must be one of: pending, running, indexed, failed"
+        ("query", "status"): "Must be one of: pending, running, indexed, failed, deleted"
     }
 
 
-@pytest.mark.parametrize("cursor", ["", "\x01", "x" * 2000, "_w"])
+@pytest.mark.parametrize("cursor", ["", "\x01", "x" * 2000, "AA"])
 async def test_bad_cursors(api: Api, cursor: str) -> None:
     c = await api.create()
     for path in ("/connectors", f"/connectors/{c['id']}/runs", f"/connectors/{c['id']}/documents"):

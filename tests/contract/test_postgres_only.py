@@ -435,7 +435,11 @@ async def test_migration_2_keeps_jsonb_payloads_and_adds_run_columns(
     postgres_dsn: str, admin: asyncpg.Connection[asyncpg.Record]
 ) -> None:
     # A database as version 1 left it, with a jsonb payload holding a long number.
-    await admin.execute(f"DROP TABLE documents, runs, connectors, {sql.SCHEMA_VERSION_TABLE}")
+    # Every table later migrations create goes too (they are recreated by them).
+    await admin.execute(
+        "DROP TABLE documents, runs, crawl_pages, instances, connectors, "
+        f"{sql.SCHEMA_VERSION_TABLE}"
+    )
     await admin.execute(sql.MIGRATIONS[0][1])
     await admin.execute(sql.CREATE_VERSION_TABLE)
     await admin.execute(sql.RECORD_VERSION, 1)

@@ -901,6 +901,7 @@ async def test_document_counts(store: Store) -> None:
         DocStatus.RUNNING: 2,
         DocStatus.INDEXED: 1,
         DocStatus.FAILED: 0,
+        DocStatus.DELETED: 0,
     }
     assert await store.document_counts("missing") == ALL_ZERO
 
@@ -1172,6 +1173,7 @@ async def test_requeue_documents(store: Store) -> None:
         DocStatus.RUNNING: 0,
         DocStatus.INDEXED: 1,
         DocStatus.FAILED: 0,
+        DocStatus.DELETED: 0,
     }
 
 
@@ -1347,3 +1349,105 @@ async def test_sqlite_write_lock_held_by_another_process(tmp_path: Path) -> None
         assert after.name == "x"
     finally:
         await s.close()
+
+
+# --- hash_fields ----------------------------------------------------------------------
+
+
+async def test_hash_fields_round_trip(store: Store) -> None:
+    whole = await add_connector(store)
+    assert whole.hash_fields is None
+    assert await store.get_connector(whole.id) == whole
+    c = await add_connector(store, hash_fields=("title", "author.name", "ü.∑"))
+    assert await store.get_connector(c.id) == c
+    for value in (("body",), None):
+        _, after = await store.mutate_connector(
+            c.id, lambda cur, v=value: Transition(replace(cur, hash_fields=v))
+        )
+        assert after.hash_fields == value
+        assert await store.get_connector(c.id) == after
+
+
+async def test_commit_page_with_hash_fields_skips_volatile_changes(store: Store) -> None:
+    c = await add_connector(store, hash_fields=("title",))
+    run_id = await start_run(store, c.id)
+
+    async def crawl(record: dict[str, Any], now_s: float) -> list[str]:
+        docs, _ = document_inputs([record], "id", c.hash_fields)
+        return await store.commit_page(
+            c.id, run_id, docs, next_cursor=None, source_state={}, now=at(now_s)
+        )
+
+    first = {"id": "a", "title": "A", "views": 1}
+    assert await crawl(first, 1) == ["a"]
+    assert await crawl({**first, "views": 2}, 2) == []
+    # Unchanged: the payload stays the one its hash was taken with.
+    assert (await get_doc(store, c.id, "a")).payload == first
+    assert await crawl({**first, "title": "B", "views": 3}, 3) == ["a"]
+    assert (await get_doc(store, c.id, "a")).payload == {**first, "title": "B", "views": 3}
+
+
+# --- totals (metrics) -----------------------------------------------------------------
+
+
+async def test_totals_of_an_empty_store_name_every_status_at_zero(store: Store) -> None:
+    assert await store.document_totals() == ALL_ZERO
+    assert await store.connector_totals() == {
+        (s, y): 0 for s in ConnectorStatus for y in SyncStatus
+    }
+
+
+async def test_totals_count_every_connector_and_document(store: Store) -> None:
+    # Several connectors, each with documents in several statuses: the totals are sums over
+    # all of them, from one query each (no per-connector walk, no cap).
+    connectors = [await add_connector(store) for _ in range(3)]
+    for c in connectors:
+        run_id = await start_run(store, c.id)
+        await commit(store, c, run_id, ("p", 1), ("r", 1), ("i", 1), ("f", 1))
+        await store.claim_documents(
+            c.id, ["r", "i", "f"], lease_token="L", lease_until=at(60), now=T0
+        )
+        await store.finish_documents(
+            c.id, "L", [("i", DocStatus.INDEXED, None), ("f", DocStatus.FAILED, "x")], now=at(1)
+        )
+    await add_connector(store, status=ConnectorStatus.PAUSED)
+    await add_connector(store, status=ConnectorStatus.ERROR)
+    await add_connector(store, status=ConnectorStatus.ERROR)
+    assert await store.document_totals() == {
+        **ALL_ZERO,
+        DocStatus.PENDING: 3,
+        DocStatus.RUNNING: 3,
+        DocStatus.INDEXED: 3,
+        DocStatus.FAILED: 3,
+    }
+    totals = await store.connector_totals()
+    assert totals[ConnectorStatus.ACTIVE, SyncStatus.RUNNING] == 3
+    assert totals[ConnectorStatus.PAUSED, SyncStatus.IDLE] == 1
+    assert totals[ConnectorStatus.ERROR, SyncStatus.IDLE] == 2
+    assert sum(totals.values()) == 6
+    assert set(totals) == {(s, y) for s in ConnectorStatus for y in SyncStatus}
+
+
+# --- instances (GET /status) ------------------------------------------------------------
+
+
+async def test_instance_heartbeats_are_upserted_and_listed_by_age(store: Store) -> None:
+    info = {"version": "1.0", "instance_id": "a", "workers": {"concurrency": 4, "busy": 1}}
+    await store.heartbeat_instance("a/1", info, at(10))
+    await store.heartbeat_instance("b/2", {"version": "1.0"}, at(1))
+    await store.heartbeat_instance("a/1", {**info, "running_syncs": 2}, at(20))  # upsert
+
+    beats = await store.list_instances(at(5))
+    assert [(b.owner, b.heartbeat_at) for b in beats] == [("a/1", at(20))]
+    assert beats[0].info == {**info, "running_syncs": 2}
+    # "newer than": a heartbeat exactly at `since` is too old.
+    assert [b.owner for b in await store.list_instances(at(1))] == ["a/1"]
+    assert [b.owner for b in await store.list_instances(at(0))] == ["a/1", "b/2"]
+
+
+async def test_a_removed_instance_is_no_longer_listed(store: Store) -> None:
+    await store.heartbeat_instance("a/1", {}, at(1))
+    await store.heartbeat_instance("b/2", {}, at(1))
+    await store.remove_instance("a/1")
+    await store.remove_instance("unknown")  # no-op
+    assert [b.owner for b in await store.list_instances(T0)] == ["b/2"]

@@ -395,7 +395,7 @@ REF_HELP = "use ${env:NAME} or ${file:/path}"
 @pytest.mark.parametrize(
     ("config", "field", "message"),
     [
-        ("nope", "source", "Must be an object"),
+        ("nope", "source", "Must be a JSON object"),
         ({}, "source.url", "Field required"),
         ({"url": "ftp://h/x"}, "source.url", "Must be an http:// or https:// URL"),
         ({**U, "urll": 1}, "source.urll", "Unknown field"),
@@ -413,7 +413,7 @@ REF_HELP = "use ${env:NAME} or ${file:/path}"
         (
             {**U, "pagination": {"type": "scroll"}},
             "source.pagination.type",
-            "Must be one of cursor, next_url, link_header, offset, page",
+            "Unknown pagination type 'scroll'; known: cursor, link_header, next_url, offset, page",
         ),
         (
             {**U, "pagination": {"type": "offset", "limit": 0}},

@@ -278,6 +278,7 @@ async def test_killed_instance_documents_are_indexed_by_another(
                 "running": concurrency * batch,
                 "indexed": 0,
                 "failed": 0,
+                "deleted": 0,
             }
 
             assert await b.kill() == -signal.SIGKILL

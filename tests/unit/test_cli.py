@@ -7,6 +7,7 @@ returns; the CLI against a real daemon is covered by the acceptance tests.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import io
 import json
@@ -22,7 +23,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from syncd import cli
+from syncd import cli, cliformat, connfiles
 from syncd.client import ApiError, Client, DaemonUnreachable, url_from_listen
 
 REPO = Path(__file__).resolve().parents[2]
@@ -74,9 +75,41 @@ def run_row(rid: str, outcome: str, **fields: Any) -> dict[str, Any]:
         "documents_enqueued": 40,
         "error": None,
         "owner": "node-1",
+        "deleted": 0,
     }
     row.update(fields)
     return row
+
+
+STATUS = {
+    "version": "0.1.0",
+    "instance_id": "node-1",
+    "owner": "node-1/a1b2c3",
+    "started_at": "2024-05-01T10:00:00Z",
+    "workers": {"concurrency": 4, "busy": 2},
+    "queue": {"depth": 12},
+    "running_syncs": 1,
+    "instances": [
+        {
+            "instance_id": "node-1",
+            "owner": "node-1/a1b2c3",
+            "version": "0.1.0",
+            "started_at": "2024-05-01T10:00:00Z",
+            "heartbeat_at": "2024-05-01T12:00:00Z",
+            "running_syncs": 1,
+            "workers": {"concurrency": 4, "busy": 2},
+        },
+        {
+            "instance_id": "node-2",
+            "owner": "node-2/d4e5f6",
+            "version": "0.1.0",
+            "started_at": "2024-05-01T11:00:00Z",
+            "heartbeat_at": "2024-05-01T12:00:01Z",
+            "running_syncs": 0,
+            "workers": {"concurrency": 8, "busy": 0},
+        },
+    ],
+}
 
 
 @dataclass
@@ -102,6 +135,7 @@ class FakeApi:
     token: str | None = None
     seen: list[Seen] = field(default_factory=list)
     hang: asyncio.Event = field(default_factory=asyncio.Event)
+    preview_answer: dict[str, Any] = field(default_factory=dict)
 
     def requests(self, method: str) -> list[Seen]:
         return [s for s in self.seen if s.method == method]
@@ -128,7 +162,10 @@ class FakeApi:
         r.add_post("/connectors/{id}/sync/abort", self.abort)
         r.add_get("/connectors/{id}/runs", self.list_runs)
         r.add_get("/connectors/{id}/documents", self.list_documents)
+        r.add_get("/connectors/{id}/documents/{external_id}", self.get_document)
+        r.add_get("/status", self.status)
         r.add_post("/connectors/{id}/retry-failed", self.retry_failed)
+        r.add_post("/connectors/preview", self.preview)
         r.add_get("/plain-error", self.plain_error)
         r.add_get("/hang", self.hang_forever)
         return app
@@ -177,7 +214,15 @@ class FakeApi:
         found = self.find(request)
         if found["status"] == "deleting":
             return web.json_response({"detail": "Connector is being deleted"}, status=409)
-        found.update(await request.json())
+        body = await request.json()
+        problems = [
+            {"loc": [key], "msg": "Must be a non-empty string"}
+            for key in ("name", "sync_schedule")
+            if body.get(key) == ""
+        ]
+        if problems:
+            return web.json_response({"detail": problems}, status=422)
+        found.update(body)
         return web.json_response(found)
 
     async def delete(self, request: web.Request) -> web.Response:
@@ -219,9 +264,25 @@ class FakeApi:
             items = [d for d in items if d["status"] == request.query["status"]]
         return self.page(request, items)
 
+    async def get_document(self, request: web.Request) -> web.Response:
+        self.find(request)
+        for doc in self.documents:
+            if doc["external_id"] == request.match_info["external_id"]:
+                return web.json_response(doc)
+        return web.json_response({"detail": "Document not found"}, status=404)
+
+    async def status(self, request: web.Request) -> web.Response:
+        return web.json_response(STATUS)
+
     async def retry_failed(self, request: web.Request) -> web.Response:
         self.find(request)
         return web.json_response({"requeued": 2}, status=202)
+
+    async def preview(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        if body.get("connector_id") not in (None, *self.connectors):
+            return web.json_response({"detail": "Connector not found"}, status=404)
+        return web.json_response(self.preview_answer)
 
     async def plain_error(self, request: web.Request) -> web.Response:
         return web.Response(status=500, text="upstream exploded\n")
@@ -240,6 +301,15 @@ async def start(app: web.Application, site: str) -> tuple[web.AppRunner, str]:
     await web.TCPSite(runner, "127.0.0.1", 0).start()
     host, port = runner.addresses[0][:2]
     return runner, f"http://{host}:{port}"
+
+
+@pytest.fixture(autouse=True)
+def no_config_here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Commands run in an empty directory: a ``config.toml`` where pytest was started (this
+    repository has one) must not be found by the configuration discovery."""
+    work = tmp_path / "cwd"
+    work.mkdir()
+    monkeypatch.chdir(work)
 
 
 @pytest.fixture
@@ -320,7 +390,8 @@ async def subprocess_syncd(
 async def test_help_as_a_process() -> None:
     result = await subprocess_syncd("--help")
     assert result.code == 0
-    for command in ("run", "list", "show", "create", "sync", "abort", "pause", "resume"):
+    commands = ("run", "list", "show", "create", "update", "validate", "preview", "sync", "abort")
+    for command in (*commands, "pause", "resume"):
         assert f"\n    {command} " in result.out
     assert "delete" in result.out and "runs" in result.out and "documents" in result.out
 
@@ -523,7 +594,17 @@ async def test_sync_refused(fake: tuple[FakeApi, str]) -> None:
     result = await syncd("sync", "c1", "--url", url)
     assert (result.code, result.err) == (1, "error: 409 Sync already in progress\n")
     result = await syncd("sync", "c2", "--url", url, "--json")
-    assert (result.code, result.out, result.err) == (1, "", "error: 409 Connector is paused\n")
+    assert (result.code, result.err) == (1, "error: 409 Connector is paused\n")
+    assert json.loads(result.out) == {
+        "error": {
+            "kind": "api",
+            "message": "409 Connector is paused",
+            "exit_code": 1,
+            "status": 409,
+            "detail": "Connector is paused",
+            "body": {"detail": "Connector is paused"},
+        }
+    }
 
 
 async def test_sync_json(fake: tuple[FakeApi, str]) -> None:
@@ -586,16 +667,23 @@ async def test_runs_table(fake: tuple[FakeApi, str]) -> None:
     api, url = fake
     api.runs["c1"] = [
         run_row("r2", "failed", error="HTTP 503\nafter 4 attempts"),
-        run_row("r1", "succeeded", trigger="schedule"),
+        run_row("r1", "succeeded", trigger="schedule", deleted=10),
     ]
     result = await syncd("runs", "tickets", "--url", url, "--limit", "5")
     assert result.code == 0
+    # The store indexer is done once a page is stored: the count is of documents indexed.
     assert result.out == (
-        "ID  TRIGGER   OUTCOME    STARTED               FINISHED              PAGES  SEEN  ENQUEUED  ERROR\n"  # noqa: E501
-        "r2  manual    failed     2024-05-01 12:00:00Z  2024-05-01 12:00:05Z  3      250   40        HTTP 503 after 4 attempts\n"  # noqa: E501
-        "r1  schedule  succeeded  2024-05-01 12:00:00Z  2024-05-01 12:00:05Z  3      250   40        -\n"  # noqa: E501
+        "ID  TRIGGER   OUTCOME    STARTED               FINISHED              PAGES  SEEN  INDEXED  DELETED  ERROR\n"  # noqa: E501
+        "r2  manual    failed     2024-05-01 12:00:00Z  2024-05-01 12:00:05Z  3      250   40       0        HTTP 503 after 4 attempts\n"  # noqa: E501
+        "r1  schedule  succeeded  2024-05-01 12:00:00Z  2024-05-01 12:00:05Z  3      250   40       10       -\n"  # noqa: E501
     )  # fmt: skip
     assert api.requests("GET")[-1].query == {"limit": "5"}
+    api.connectors["c1"]["indexer"] = {"type": "webhook", "url": "http://127.0.0.1:9/hook"}
+    result = await syncd("runs", "tickets", "--url", url)
+    assert result.out.split()[:9] == [
+        *("ID", "TRIGGER", "OUTCOME", "STARTED", "FINISHED", "PAGES", "SEEN", "ENQUEUED"),
+        "DELETED",
+    ]
 
 
 async def test_documents_table_with_status(fake: tuple[FakeApi, str]) -> None:
@@ -640,6 +728,7 @@ async def test_follow_prints_one_line_per_change_then_the_outcome(
     fake: tuple[FakeApi, str],
 ) -> None:
     api, url = fake
+    api.connectors["c1"]["indexer"] = {"type": "webhook", "url": "http://127.0.0.1:9/hook"}
     api.script = follow_script()
     api.runs["c1"] = [run_row("r-new", "succeeded"), run_row("r-0", "failed")]
     result = await syncd("sync", "tickets", "--follow", "--interval", "0.01", "--url", url)
@@ -718,10 +807,17 @@ async def test_follow_on_a_terminal_redraws_one_line(fake: tuple[FakeApi, str]) 
     tty = TtyBuffer()
     result = await syncd("sync", "c1", "-f", "--interval", "0.01", "--url", url, stdout=tty)
     assert result.code == 0
-    assert result.out.startswith("sync started: run r-new\n\r| pages 1  documents 100\x1b[K")
-    assert "\r- pages 2  documents 200  waiting: backoff until 12:00:08Z (0s)\x1b[K" in result.out
+    # No start time in the answers: the time is the following's (under a second here).
+    first, *frames = result.out.split("\r")
+    assert first == "sync started: run r-new\n"
+    assert frames[0] == "[====                ] 1 pages  100 documents  - docs/s  0:00\x1b[K"
+    assert frames[1].startswith("[ ====               ] 1 pages  100 documents")
+    assert (
+        "] 2 pages  200 documents  - docs/s  0:00  waiting: backoff until 12:00:08Z (0s)\x1b[K"
+        in result.out
+    )
     assert result.out.endswith(
-        "\r\x1b[Krun r-new: 3 pages, 250 documents seen, 40 enqueued\nsucceeded\n"
+        "\r\x1b[Krun r-new: 3 pages, 250 documents seen, 40 indexed\nsucceeded\n"
     )
     assert result.out.count("\n") == 3
 
@@ -848,7 +944,7 @@ async def test_client_with_a_trailing_slash(fake: tuple[FakeApi, str]) -> None:
 
 
 def test_render_table() -> None:
-    assert cli.render_table(["A", "LONG HEADER"], [["xyz", None], [1, {"k": [1]}]]) == (
+    assert cliformat.render_table(["A", "LONG HEADER"], [["xyz", None], [1, {"k": [1]}]]) == (
         'A    LONG HEADER\nxyz  -\n1    {"k":[1]}\n'
     )
 
@@ -874,5 +970,425 @@ async def test_interrupting_follow_leaves_the_sync_running(fake: tuple[FakeApi, 
             proc.kill()
             await proc.wait()
     assert proc.returncode == 130
-    assert "stopped following; run r-new goes on in the daemon" in err.decode()
+    # Not "interrupted", the name of a run's outcome: the run was not interrupted.
+    assert err.decode().splitlines()[-1] == "stopped following; run r-new goes on in the daemon"
+    assert "interrupted" not in err.decode()
     assert [s.path for s in api.requests("POST")] == ["/connectors/c1/sync"]  # no abort sent
+
+
+# --- connector files, update, validate, preview -----------------------------------------
+
+
+def test_connector_files_are_read_by_extension_or_content() -> None:
+    parse = connfiles.parse_connector_text
+    yaml_text = "# yaml-language-server: $schema=https://x/schema.json\nname: a\nsource: {url: u}\n"
+    assert parse(yaml_text, "c.yaml", suffix=".yaml") == {"name": "a", "source": {"url": "u"}}
+    assert parse(yaml_text, "stdin") == {"name": "a", "source": {"url": "u"}}
+    assert parse('{"name": "a"}', "stdin") == {"name": "a"}
+    assert parse('  {"name": "a"}', "c.YML", suffix=".YML") == {"name": "a"}  # JSON is YAML
+    with pytest.raises(
+        connfiles.ConnectorFileError, match=r"^c\.json is not valid JSON: Expecting"
+    ):
+        parse("name: a\n", "c.json", suffix=".json")
+    with pytest.raises(connfiles.ConnectorFileError, match="NaN is not valid JSON"):
+        parse('{"x": NaN}', "stdin")
+    with pytest.raises(
+        connfiles.ConnectorFileError, match=r"^stdin is not valid YAML: line 1, column 7: "
+    ):
+        parse("name: *nope\n", "stdin")
+    with pytest.raises(connfiles.ConnectorFileError, match=r"^c\.yaml is empty$"):
+        parse("# just a comment\n", "c.yaml", suffix=".yaml")
+
+
+def test_yaml_that_json_cannot_say_is_refused_with_its_path() -> None:
+    text = (
+        "name: a\n"
+        "source:\n"
+        "  params: {since: 2024-01-01, at: 2024-01-01T10:00:00Z, 1: one, big: .inf}\n"
+        "  blob: !!binary aGk=\n"
+        "loop: &l [*l]\n"
+    )
+    with pytest.raises(connfiles.ConnectorFileError) as caught:
+        connfiles.parse_connector_text(text, "c.yaml")
+    assert str(caught.value).split("; ") == [
+        "c.yaml: source.params: key 1 is not text (quote it)",
+        "source.params.since: a YAML date has no JSON form (quote it to keep it as text)",
+        "source.params.at: a YAML datetime has no JSON form (quote it to keep it as text)",
+        "source.params.big: inf is not a finite number",
+        "source.blob: a YAML bytes has no JSON form",
+        "loop." + ".".join(["0"] * 64) + ": nested too deeply",
+    ]
+
+
+async def test_create_and_update_from_yaml(fake: tuple[FakeApi, str], tmp_path: Path) -> None:
+    api, url = fake
+    path = tmp_path / "orders.yml"
+    path.write_text("name: orders\nsource:\n  url: http://127.0.0.1:9/o\n", encoding="utf-8")
+    result = await syncd("create", str(path), "--url", url)
+    assert (result.code, result.out) == (0, "created connector orders (c3)\n")
+    assert api.requests("POST")[0].body == {
+        "name": "orders",
+        "source": {"url": "http://127.0.0.1:9/o"},
+    }
+    result = await syncd("update", "orders", "-", "--url", url, stdin="name: orders-2\n")
+    assert (result.code, result.out) == (0, "updated connector orders-2 (c3)\n")
+    assert [(s.path, s.body) for s in api.requests("PATCH")] == [
+        ("/connectors/c3", {"name": "orders-2"})
+    ]
+    result = await syncd("update", "nope", "-", "--url", url, stdin="name: x\n")
+    assert (result.code, result.err) == (1, "error: 404 Connector not found\n")
+
+
+async def test_validate_without_a_daemon(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("name: a\nsource: {url: 'http://127.0.0.1:9/i'}\n", encoding="utf-8")
+    result = await subprocess_syncd("validate", str(path))
+    assert (result.code, result.out, result.err) == (0, "valid\n", "")
+    path.write_text("name: 3\nsource: {url: 'ftp://x'}\npage_retries: -1\n", encoding="utf-8")
+    result = await subprocess_syncd("validate", str(path))
+    assert result.code == 2
+    assert sorted(line.split(":")[0] for line in result.out.splitlines()) == [
+        "name",
+        "page_retries",
+        "source.url",
+    ]
+    config = tmp_path / "syncd.toml"
+    config.write_text('[workers]\nconcurrency = "x"\n', encoding="utf-8")
+    result = await subprocess_syncd("validate", str(path), "--config", str(config))
+    assert (result.code, result.out) == (2, "")
+    assert result.err.startswith(f"error: {config}: workers.concurrency")
+
+
+PREVIEW = {
+    "request": {"method": "GET", "url": "http://s/items?token=***", "headers": {"Auth": "***"}},
+    "pages": [
+        {
+            "records": 3,
+            "ids": ["a", "b"],
+            "rejected": [{"index": 2, "reason": "id field 'id' is missing"}],
+            "next_cursor": "p2",
+            "new": ["a"],
+            "changed": [],
+            "unchanged": ["b"],
+        }
+    ],
+}
+
+
+async def test_preview_of_a_connector(fake: tuple[FakeApi, str]) -> None:
+    api, url = fake
+    api.preview_answer = PREVIEW
+    result = await syncd("preview", "tickets", "--pages", "3", "--url", url)
+    assert (result.code, result.err) == (0, "")
+    assert result.out == (
+        "GET http://s/items?token=***\n"
+        "  Auth: ***\n"
+        "page 1: 3 records, 2 ids, 1 rejected; next cursor: p2\n"
+        "  new 1: a\n"
+        "  changed 0\n"
+        "  unchanged 1\n"
+        "  rejected record 2: id field 'id' is missing\n"
+    )
+    assert api.requests("POST")[-1].body == {"connector_id": "c1", "pages": 3}
+
+
+async def test_preview_of_a_file_with_a_failing_source(
+    fake: tuple[FakeApi, str], tmp_path: Path
+) -> None:
+    api, url = fake
+    ids = [f"id-{i}" for i in range(25)]
+    page = {"records": 25, "ids": ids, "rejected": [], "next_cursor": None}
+    api.preview_answer = {"request": None, "pages": [page], "error": "HTTP 500 from http://s"}
+    path = tmp_path / "c.json"
+    path.write_text('{"name": "a", "source": {"url": "http://s"}}', encoding="utf-8")
+    result = await syncd("preview", str(path), "--timeout", "30", "--url", url)
+    assert result.code == 1
+    assert result.out == (
+        f"page 1: 25 records, 25 ids; next cursor: -\n  ids 25: {', '.join(ids[:20])}, … (5 more)\n"
+    )
+    assert result.err == "error: HTTP 500 from http://s\n"
+    assert api.requests("POST")[-1].body == {
+        "connector": {"name": "a", "source": {"url": "http://s"}},
+        "pages": 1,
+        "timeout_seconds": 30.0,
+    }
+    result = await syncd("preview", "-", "--json", "--url", url, stdin="name: a\n")
+    assert (result.code, json.loads(result.out)) == (1, api.preview_answer)
+
+
+async def test_preview_pages_are_bounded() -> None:
+    result = await subprocess_syncd("preview", "x", "--pages", "11")
+    assert result.code == 2
+    assert "expected 1 to 10 pages" in result.err
+
+
+# --- status, document, --json errors, discovery, completion, progress -------------------
+
+
+async def test_status_shows_this_daemon_and_every_instance(fake: tuple[FakeApi, str]) -> None:
+    _, url = fake
+    result = await syncd("status", "--url", url)
+    assert result.code == 0, result.err
+    head, table = result.out.split("\n\n")
+    fields = {k: v.strip() for k, _, v in (line.partition(":") for line in head.splitlines())}
+    assert fields.pop("started").startswith("2024-05-01 10:00:00Z (up ")
+    assert fields == {
+        "version": "0.1.0",
+        "instance": "node-1",
+        "owner": "node-1/a1b2c3",
+        "workers": "2 of 4 busy",
+        "queue": "12 documents waiting",
+        "running syncs": "1",
+    }
+    assert table.splitlines() == [
+        "INSTANCE  OWNER          VERSION  STARTED               HEARTBEAT             SYNCS  WORKERS",  # noqa: E501
+        "node-1    node-1/a1b2c3  0.1.0    2024-05-01 10:00:00Z  2024-05-01 12:00:00Z  1      2/4",
+        "node-2    node-2/d4e5f6  0.1.0    2024-05-01 11:00:00Z  2024-05-01 12:00:01Z  0      0/8",
+    ]  # fmt: skip
+    result = await syncd("status", "--url", url, "--json")
+    assert json.loads(result.out) == STATUS
+
+
+async def test_document_shows_its_payload(fake: tuple[FakeApi, str]) -> None:
+    api, url = fake
+    api.documents = [
+        {
+            "external_id": "a/1",
+            "status": "indexed",
+            "error": None,
+            "content_hash": "h1",
+            "attempts": 1,
+            "created_at": T0,
+            "updated_at": T0,
+            "indexed_at": T0,
+            "payload": {"id": "a/1", "title": "Ünïcode", "n": 12345678901234567890},
+        }
+    ]
+    result = await syncd("document", "tickets", "a/1", "--url", url)
+    assert result.code == 0, result.err
+    assert result.out == (
+        "external id:   a/1\n"
+        "status:        indexed\n"
+        "error:         -\n"
+        "attempts:      1\n"
+        "content hash:  h1\n"
+        "created:       2024-05-01 12:00:00Z\n"
+        "updated:       2024-05-01 12:00:00Z\n"
+        "indexed:       2024-05-01 12:00:00Z\n"
+        "payload:\n"
+        '{\n  "id": "a/1",\n  "title": "Ünïcode",\n  "n": 12345678901234567890\n}\n'
+    )
+    assert api.seen[-1].path == "/connectors/c1/documents/a/1"  # sent as a%2F1
+    result = await syncd("document", "c1", "a/1", "--url", url, "--json")
+    assert json.loads(result.out) == api.documents[0]
+    result = await syncd("document", "c1", "zz", "--url", url)
+    assert (result.code, result.err) == (1, "error: 404 Document not found\n")
+
+
+async def test_json_errors_go_to_stdout_with_the_same_exit_code(
+    fake: tuple[FakeApi, str],
+) -> None:
+    api, url = fake
+    api.connectors["c1"].update(sync_status="running", run_id="r-old")
+    result = await syncd("sync", "c1", "--url", url, "--json")
+    assert result.code == 1
+    assert json.loads(result.out)["error"] == {
+        "kind": "api",
+        "message": "409 Sync already in progress",
+        "exit_code": 1,
+        "status": 409,
+        "detail": "Sync already in progress",
+        "body": {"detail": "Sync already in progress", "run_id": "r-old"},
+    }
+    result = await syncd("create", "-", "--url", url, "--json", stdin='{"name": "x"}')
+    error = json.loads(result.out)["error"]
+    assert (result.code, error["status"], error["problems"]) == (1, 422, ["source: field required"])
+    result = await syncd("list", "--url", "ftp://x", "--json")
+    assert result.code == 2
+    assert json.loads(result.out) == {
+        "error": {
+            "kind": "usage",
+            "message": "--url: 'ftp://x': expected http://host:port, https://… or unix:/path",
+            "exit_code": 2,
+        }
+    }
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+        result = await syncd("status", "--url", f"http://127.0.0.1:{port}", "--json")
+    assert result.code == 3
+    assert json.loads(result.out)["error"]["kind"] == "unreachable"
+    assert result.err.endswith("hint: is the daemon running? (syncd run)\n")
+
+
+async def test_a_paused_connector_has_no_next_run(fake: tuple[FakeApi, str]) -> None:
+    api, url = fake
+    api.connectors["c1"]["status"] = "paused"
+    listed = await syncd("list", "--url", url)
+    rows = {line.split()[0]: line for line in listed.out.splitlines()[1:]}
+    assert "2024-05-01 12:15:00Z" not in rows["c1"]
+    assert "2024-05-01 12:15:00Z" in rows["c2"]  # in error: the scheduler still starts it
+    shown = await syncd("show", "c1", "--url", url)
+    [next_run] = [line for line in shown.out.splitlines() if line.startswith("next run:")]
+    assert next_run.split() == ["next", "run:", "-"]
+
+
+def write_here(name: str, text: str) -> Path:
+    """Write ``name`` in the working directory; the directory."""
+    Path(name).write_text(text, encoding="utf-8")
+    return Path.cwd()
+
+
+async def test_the_configuration_is_found_like_run_finds_it(
+    fake: tuple[FakeApi, str], tmp_path: Path
+) -> None:
+    api, url = fake
+    api.token = "t0k"
+    port = url.rsplit(":", 1)[1]
+    # ./config.toml in the working directory (the autouse fixture's empty one).
+    write_here("config.toml", f'[api]\nlisten = "127.0.0.1:{port}"\ntoken = "t0k"\n')
+    result = await syncd("list")
+    assert result.code == 0, result.err
+    # $SYNCD_CONFIG wins over ./config.toml, and --config over both.
+    other = tmp_path / "other.toml"
+    other.write_text('[api]\nlisten = "127.0.0.1:1"\n', encoding="utf-8")
+    result = await syncd("list", environ={"SYNCD_CONFIG": str(other)})
+    assert result.code == 3
+    assert "http://127.0.0.1:1" in result.err
+    result = await syncd("list", "--config", "config.toml", environ={"SYNCD_CONFIG": str(other)})
+    assert result.code == 0, result.err
+    # `run` reads the same file: an invalid one there stops it, naming the file.
+    work = write_here("config.toml", "[workers]\nconcurrency = 0\n")
+    result = await subprocess_syncd("run", cwd=work)
+    assert result.code == 2
+    assert result.err.startswith("error: config.toml: workers.concurrency: ")
+
+
+@pytest.mark.parametrize("shell", ["bash", "zsh"])
+def test_completion_scripts_know_every_command(
+    shell: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main(["completion", shell]) == 0
+    script = capsys.readouterr().out
+    commands = next(
+        a for a in cli.build_parser()._actions if isinstance(a, argparse._SubParsersAction)
+    ).choices
+    assert {"edit", "status", "document", "completion"} <= set(commands)
+    for name in commands:
+        assert name in script
+    assert "--follow" in script
+    assert ("_shtab_compgen_files" if shell == "bash" else "_files") in script
+
+
+def test_progress_bar_moves_to_and_fro_with_rate_and_elapsed_time() -> None:
+    bar = cliformat.progress_bar
+    assert bar(pages=3, documents=250, elapsed=6.2, frame=0, width=8) == (
+        "[====    ] 3 pages  250 documents  40.3 docs/s  0:06"
+    )
+    frames = [bar(pages=0, documents=0, elapsed=0, frame=f, width=8)[:10] for f in range(9)]
+    assert frames == [
+        "[====    ]",
+        "[ ====   ]",
+        "[  ====  ]",
+        "[   ==== ]",
+        "[    ====]",
+        "[   ==== ]",
+        "[  ====  ]",
+        "[ ====   ]",
+        "[====    ]",
+    ]
+    assert bar(pages=0, documents=9, elapsed=0.5, frame=0).endswith("- docs/s  0:00")
+    assert bar(pages=1, documents=7200, elapsed=3725, frame=0).endswith("1.9 docs/s  1:02:05")
+
+
+# --- edit -------------------------------------------------------------------------------
+
+EDITOR_SCRIPT = """\
+import pathlib, sys
+path = pathlib.Path(sys.argv[-1])
+pathlib.Path({log!r}).write_text(path.read_text())
+text = path.read_text()
+for old, new in {replacements!r}:
+    text = text.replace(old, new)
+path.write_text(text)
+sys.exit({code})
+"""
+
+
+def editor(tmp_path: Path, *replacements: tuple[str, str], code: int = 0) -> dict[str, str]:
+    """``EDITOR``: a script that makes ``replacements`` in the file it is given (and keeps
+    a copy of what it was shown in ``shown.yaml``)."""
+    script = tmp_path / f"editor-{len(list(tmp_path.glob('editor-*')))}.py"
+    log = tmp_path / "shown.yaml"
+    script.write_text(
+        EDITOR_SCRIPT.format(log=str(log), replacements=list(replacements), code=code)
+    )
+    return {"EDITOR": f"{sys.executable} {script}", "TMPDIR": str(tmp_path)}
+
+
+def kept_files(tmp_path: Path) -> list[Path]:
+    return sorted(tmp_path.glob("syncd-edit-*.yaml"))
+
+
+async def test_edit_sends_only_the_changed_keys(fake: tuple[FakeApi, str], tmp_path: Path) -> None:
+    api, url = fake
+    env = editor(
+        tmp_path, ("name: tickets", "name: issues"), ("page_retries: 3", "page_retries: 5")
+    )
+    result = await syncd("edit", "tickets", "--url", url, environ=env)
+    assert result.code == 0, result.err
+    assert result.out == "updated connector issues (c1): name, page_retries\n"
+    assert [s.body for s in api.requests("PATCH")] == [{"name": "issues", "page_retries": 5}]
+    shown = (tmp_path / "shown.yaml").read_text()
+    assert shown.startswith("# Edit connector tickets (c1)")
+    assert "sync_schedule: '*/15 * * * *'" in shown
+    assert "\nstatus:" not in shown and "\nprogress:" not in shown  # read-only fields
+    assert kept_files(tmp_path) == []
+
+
+async def test_edit_without_a_change_saves_nothing(
+    fake: tuple[FakeApi, str], tmp_path: Path
+) -> None:
+    api, url = fake
+    result = await syncd("edit", "c1", "--url", url, environ=editor(tmp_path))
+    assert (result.code, result.err) == (0, "no changes; nothing saved\n")
+    result = await syncd("edit", "c1", "--url", url, environ=editor(tmp_path, ("\n", "\n# ")))
+    assert result.code == 0
+    assert result.err == "edit cancelled: the file is empty; nothing saved\n"
+    assert api.requests("PATCH") == []
+
+
+async def test_an_invalid_edit_saves_nothing_and_keeps_the_file(
+    fake: tuple[FakeApi, str], tmp_path: Path
+) -> None:
+    api, url = fake
+    # Refused by the daemon's validation: each problem on its own line, exit 2.
+    env = editor(tmp_path, ("name: tickets", "name: ''"), ("'*/15 * * * *'", "''"))
+    result = await syncd("edit", "c1", "--url", url, environ=env)
+    assert result.code == 2
+    [kept] = kept_files(tmp_path)
+    assert result.err == (
+        "error: 422 name: Must be a non-empty string\n"
+        "error: 422 sync_schedule: Must be a non-empty string\n"
+        f"nothing saved; your edit is kept in {kept}\n"
+    )
+    assert api.connectors["c1"]["name"] == "tickets"
+    kept.unlink()
+    # Not YAML: refused before anything is sent.
+    result = await syncd("edit", "c1", "--url", url, environ=editor(tmp_path, ("name:", "[")))
+    assert result.code == 2
+    assert result.err.startswith("error: ")
+    assert "is not valid YAML" in result.err
+    kept_files(tmp_path)[0].unlink()
+    # A changed source that still holds a masked secret would overwrite it with the mask.
+    env = editor(tmp_path, ("url: http://127.0.0.1:9/items", "url: http://127.0.0.1:10/items"))
+    result = await syncd("edit", "c1", "--url", url, environ=env, stdin="")
+    assert result.code == 2
+    assert result.err.startswith('error: source.headers.X: still masked ("***")')
+    kept_files(tmp_path)[0].unlink()
+    # The editor failed: nothing is sent.
+    result = await syncd("edit", "c1", "--url", url, environ=editor(tmp_path, code=3))
+    assert result.code == 2
+    assert "exited with 3" in result.err
+    # Only the first edit reached the daemon (which refused it).
+    assert [s.body for s in api.requests("PATCH")] == [{"name": "", "sync_schedule": ""}]

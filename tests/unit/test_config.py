@@ -4,6 +4,7 @@ error names the key (or variable) at fault."""
 from __future__ import annotations
 
 import re
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ from syncd.config import (
     ApiConfig,
     Config,
     DaemonConfig,
+    HostBudget,
     QueueConfig,
     StoreConfig,
     SyncConfig,
@@ -244,7 +246,9 @@ def test_bad_file_value_names_its_key(section: str, key: str, value: Any, messag
 def test_unknown_section() -> None:
     error = config_error({"stroe": {"url": "x"}})
     assert error.key == "stroe"
-    assert error.message.startswith("unknown section (expected one of: api, daemon, http,")
+    assert error.message.startswith(
+        "unknown section (expected one of: api, daemon, documents, http,"
+    )
 
 
 def test_unknown_key() -> None:
@@ -329,7 +333,7 @@ def test_every_key_but_the_http_timeouts_has_an_environment_override() -> None:
     sections = {
         "store": ["url", "statement_cache_size", "pool_min_size", "pool_max_size"],
         "queue": ["url", "prefix"],
-        "api": ["listen", "token", "token_file", "max_body_bytes"],
+        "api": ["listen", "token", "token_file", "max_body_bytes", "events_heartbeat_seconds"],
         "scheduler": ["tick_seconds", "stale_lock_seconds"],
         "workers": ["concurrency", "index_timeout_seconds", "lease_seconds", "batch_size"],
         "log": ["level", "format"],
@@ -551,3 +555,72 @@ def test_sync_defaults_are_the_paginator_defaults() -> None:
         environ={"SYNCD_SYNC_PAGE_RETRY_BACKOFF": "0.5"},
     )
     assert config.sync.paginator == PaginatorSettings(0, 0.5, 1.5, (429,))
+
+
+# --- [http.hosts."HOST"]: per-host budgets ---------------------------------------------
+
+
+def test_host_budgets_from_the_file(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        """
+        [http.hosts."API.Example.com"]
+        rate = 2.5
+        [http.hosts."api.example.com:8443"]
+        rate = 10
+        burst = 3
+        concurrency = 2
+        [http.hosts."[::1]:8080"]
+        rate = 0.5
+        [http.hosts."bücher.de"]
+        rate = 1
+        """,
+    )
+    hosts = Config.load(path, environ={}).http.hosts
+    assert hosts == {
+        # burst defaults to max(1, ceil(rate)); keys are lowercase, IDNA and IPv6 canonical.
+        "api.example.com": HostBudget(2.5, 3, None),
+        "api.example.com:8443": HostBudget(10.0, 3, 2),
+        "[::1]:8080": HostBudget(0.5, 1, None),
+        "xn--bcher-kva.de": HostBudget(1.0, 1, None),
+    }
+    assert Config().http.hosts == {}
+
+
+def test_the_documented_host_budget_example_is_valid() -> None:
+    text = (REPO / "config.toml").read_text(encoding="utf-8")
+    example = re.findall(r"(?m)^#   (\[http\.hosts\..*\]|\w+ = .*)$", text)
+    assert example[0] == '[http.hosts."api.example.com"]'
+    config = Config.from_mapping(tomllib.loads("\n".join(example)), environ={})
+    assert config.http.hosts == {"api.example.com": HostBudget(10.0, 20, 4)}
+
+
+BAD_HOSTS: list[tuple[Any, str, str]] = [
+    ({"api.example.com": {"rate": 0}}, 'http.hosts."api.example.com".rate', "a number > 0, got 0"),
+    ({"h": {"rate": float("inf")}}, 'http.hosts."h".rate', "expected a number > 0, got inf"),
+    ({"h": {"rate": "5/s"}}, 'http.hosts."h".rate', "expected a number > 0, got '5/s'"),
+    ({"h": {"burst": 2}}, 'http.hosts."h".rate', "missing: a budget needs a rate"),
+    ({"h": {"rate": 1, "burst": 0}}, 'http.hosts."h".burst', "expected an integer ≥ 1, got 0"),
+    ({"h": {"rate": 1, "burst": 1.5}}, 'http.hosts."h".burst', "expected an integer ≥ 1"),
+    ({"h": {"rate": 1, "concurrency": 0}}, 'http.hosts."h".concurrency', "an integer ≥ 1, got 0"),
+    ({"h": {"rate": 1, "ratio": 1}}, 'http.hosts."h".ratio', "unknown key (expected one of: rate,"),
+    ({"h": 5}, 'http.hosts."h"', "expected a table with rate, got 5"),
+    ({"https://h/": {"rate": 1}}, 'http.hosts."https://h/"', "expected a host name or IP address"),
+    ({"h:99999": {"rate": 1}}, 'http.hosts."h:99999"', 'optionally with ":port"'),
+    ({"h:": {"rate": 1}}, 'http.hosts."h:"', "expected a host name"),
+    ({"": {"rate": 1}}, 'http.hosts.""', "expected a host name"),
+    ({"H": {"rate": 1}, "h": {"rate": 2}}, 'http.hosts."h"', "the same host as another key (h)"),
+    (5, "http.hosts", 'expected a table of [http.hosts."HOST"] tables, got 5'),
+]
+
+
+@pytest.mark.parametrize(("hosts", "key", "message"), BAD_HOSTS)
+def test_bad_host_budget_names_its_key(hosts: Any, key: str, message: str) -> None:
+    error = config_error({"http": {"hosts": hosts}})
+    assert error.key == key
+    assert message in error.message
+
+
+def test_host_budgets_are_not_read_from_the_environment() -> None:
+    config = Config.from_mapping({}, environ={"SYNCD_HTTP_HOSTS": "nonsense"})
+    assert config.http.hosts == {}

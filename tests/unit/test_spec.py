@@ -333,7 +333,7 @@ def test_bad_time_zones(tz: Any) -> None:
     assert list(errors) == ["sync_timezone"]
 
 
-@pytest.mark.parametrize("value", [-1, 21, True, 1.0, "3", None, BIG, -BIG])
+@pytest.mark.parametrize("value", [-1, 21, True, 1.5, "3", None, BIG, -BIG])
 def test_bad_page_retries(value: Any) -> None:
     errors = create_errors({"name": "n", "source": PLUGIN_SOURCE, "page_retries": value})
     assert errors == {"page_retries": "Must be an integer between 0 and 20"}
@@ -373,7 +373,7 @@ def test_seconds_bounds(key: str, value: float) -> None:
         ([399], {"retry_on_status.0": "Must be an integer between 400 and 599"}),
         ([503, 600], {"retry_on_status.1": "Must be an integer between 400 and 599"}),
         ([True], {"retry_on_status.0": "Must be an integer between 400 and 599"}),
-        ([502.0], {"retry_on_status.0": "Must be an integer between 400 and 599"}),
+        ([502.5], {"retry_on_status.0": "Must be an integer between 400 and 599"}),
         ([502, BIG], {"retry_on_status.1": "Must be an integer between 400 and 599"}),
     ],
 )

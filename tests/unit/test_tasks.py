@@ -90,7 +90,7 @@ async def test_timeout_bounds_a_task_that_ignores_cancellation() -> None:
     with capture_logs() as logs:
         await cancel_and_wait(task, timeout=0.01)
     assert not task.done()
-    [warning] = _failures(logs, "task did not stop when cancelled")
+    [warning] = _failures(logs, "task.not_stopped")
     assert warning["task"] == "stubborn"
     release.set()
     await asyncio.wait({task})
@@ -107,7 +107,7 @@ async def test_an_error_of_the_task_is_logged_not_raised() -> None:
     await asyncio.sleep(0)
     with capture_logs() as logs:
         await cancel_and_wait(task)
-    [entry] = _failures(logs, "task failed")
+    [entry] = _failures(logs, "task.failed")
     assert entry["task"] == "side"
     assert entry["error"] == "ValueError: boom"
     assert isinstance(task.exception(), ValueError)
@@ -121,7 +121,7 @@ async def test_a_task_already_failed_is_reported_without_waiting() -> None:
     await asyncio.wait({task})
     with capture_logs() as logs:
         await cancel_and_wait(task)
-    assert [e["error"] for e in _failures(logs, "task failed")] == ["OSError: gone"]
+    assert [e["error"] for e in _failures(logs, "task.failed")] == ["OSError: gone"]
 
 
 # --- Supervisor ---------------------------------------------------------------------------
@@ -198,7 +198,7 @@ async def test_restarts_with_doubling_backoff_then_gives_up(clock: Clock, fatal:
     assert attempts == 8
     [(name, exc)] = fatal.calls
     assert name == "job" and isinstance(exc, ValueError)
-    died = _failures(logs, "task died")
+    died = _failures(logs, "task.died")
     assert [e["next_attempt_in"] for e in died] == sleeps.delays
     assert died[0]["task"] == "job" and died[0]["error"] == "ValueError: boom"
     assert sup.problems() == {"job": "failed: ValueError: boom"}
@@ -302,7 +302,7 @@ async def test_returning_counts_as_dying(clock: Clock, fatal: Fatal) -> None:
     with capture_logs() as logs:
         sup.spawn("scheduler", returns)
         await asyncio.wait_for(fatal.called.wait(), 5)
-    [died] = _failures(logs, "task died")
+    [died] = _failures(logs, "task.died")
     assert died["error"].startswith("TaskReturned")
     assert isinstance(fatal.calls[0][1], TaskReturned)
     await sup.stop()
@@ -360,7 +360,7 @@ async def test_a_failing_on_fatal_is_logged(clock: Clock) -> None:
         sup.spawn("job", broken, restart=False)
         for _ in range(5):
             await asyncio.sleep(0)
-    assert _failures(logs, "on_fatal callback failed")
+    assert _failures(logs, "task.on_fatal_failed")
     assert sup.problems() == {"job": "failed: ValueError: boom"}
     await sup.stop()
 

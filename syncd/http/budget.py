@@ -1,0 +1,565 @@
+"""Per-host request budgets shared by every connector (DESIGN.md §8).
+
+A budget (``[http.hosts."HOST"]`` → :class:`~syncd.config.HostBudget`) is a token bucket —
+``rate`` tokens per second, at most ``burst`` of them saved up — plus, optionally, at most
+``concurrency`` requests in flight. The transport calls :meth:`HostBudgets.acquire` before
+every attempt (retries and redirect hops included) and releases the returned
+:class:`Lease` when the response has been read.
+
+A 429 or 503 carrying ``Retry-After`` puts its host in *cooldown*
+(:meth:`HostBudgets.cooldown`): every request to that host, from any connector, waits until
+the cooldown is over. Cooldowns apply to every host, configured or not.
+
+Which budget a URL draws from (:meth:`HostBudgets.key`): the ``host:port`` entry for the URL's
+host and effective port (``https://h/`` is port 443) if there is one, else the ``host``
+entry, else none; a host without an entry is limited by cooldowns only (keyed by its name).
+
+Two implementations, chosen like the queue (:func:`open_budgets`):
+
+- :class:`LocalHostBudgets` (``memory://``): in process. Waiters of a host go one at a time,
+  in arrival order; clock and sleep are injectable for tests.
+- :class:`RedisHostBudgets` (``redis://…``): shared by every instance on the same Redis and
+  key prefix. See its docstring for the keys and the Lua script.
+
+Waits are plain ``asyncio`` sleeps, so cancelling the waiting task (an abort) ends them at
+once. A wait is reported through ``on_wait``: ``host_cooldown`` for a cooldown, ``throttle``
+for a token wait longer than :data:`REPORT_THROTTLE_OVER` (a wait for a free concurrency slot
+has no known end and is not reported).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import secrets
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import structlog
+from yarl import URL
+
+from syncd.config import HostBudget
+from syncd.http.retry_after import clamp_retry_after, parse_retry_after
+from syncd.models import WaitReason
+from syncd.tasks import cancel_and_wait
+
+__all__ = [
+    "COOLDOWN_STATUSES",
+    "REPORT_THROTTLE_OVER",
+    "HostBudgets",
+    "Lease",
+    "LocalHostBudgets",
+    "OnWait",
+    "RedisHostBudgets",
+    "budget_key",
+    "hold_budget",
+    "note_cooldown",
+    "open_budgets",
+]
+
+log = structlog.get_logger("syncd.http.budget")
+
+OnWait = Callable[[WaitReason, float], None]
+Sleep = Callable[[float], Awaitable[None]]
+
+REPORT_THROTTLE_OVER = 0.05
+"""A token wait longer than this (seconds) is shown as ``waiting.reason = "throttle"``."""
+
+COOLDOWN_STATUSES = frozenset({429, 503})
+"""Statuses whose ``Retry-After`` puts their host in cooldown for every connector."""
+
+# A cooldown this close to its end is over: the connector whose 429 set it has just slept
+# the same Retry-After (timers may fire a hair early) and must not show a host_cooldown.
+_COOLDOWN_SLACK = 0.001
+# A token short of 1 by no more than this is whole (float arithmetic after an exact wait).
+_ROUNDING = 1e-9
+
+
+def budget_key(url: str | URL, hosts: Mapping[str, HostBudget]) -> str | None:
+    """The name of the budget a request to ``url`` draws from: a key of ``hosts``
+    (``host:port`` before ``host``) or, without an entry, the bare host name; ``None`` for a
+    URL without a host (the transport lets aiohttp report it)."""
+    try:
+        parsed = URL(url)
+        host = parsed.raw_host
+        port = parsed.port
+    except (TypeError, ValueError):
+        return None
+    if not host:
+        return None
+    name = f"[{host.lower()}]" if ":" in host else host.lower()
+    with_port = f"{name}:{port}"
+    return with_port if with_port in hosts else name
+
+
+class Lease:
+    """The right to send one request; :meth:`release` (idempotent) once it has ended."""
+
+    __slots__ = ("_release",)
+
+    def __init__(self, release: Callable[[], Awaitable[None]] | None = None) -> None:
+        self._release = release
+
+    async def release(self) -> None:
+        """Give the concurrency slot back (nothing to do without one)."""
+        release, self._release = self._release, None
+        if release is not None:
+            await release()
+
+
+_FREE = Lease()
+
+
+class HostBudgets(Protocol):
+    """Per-host budgets and cooldowns, shared by every connector of a daemon."""
+
+    def key(self, url: str | URL) -> str | None:
+        """The budget ``url`` draws from (:func:`budget_key`)."""
+
+    async def acquire(self, key: str, *, on_wait: OnWait | None = None) -> Lease:
+        """Wait until a request to ``key`` may go: no cooldown, a token of its bucket and,
+        with ``concurrency``, a free slot (held until the lease is released)."""
+
+    async def cooldown(self, key: str, seconds: float) -> None:
+        """Hold every request to ``key`` for ``seconds`` from now (a cooldown is only ever
+        lengthened, never shortened)."""
+
+    async def cooldown_left(self, key: str) -> float:
+        """Seconds until ``key``'s cooldown ends (0 when there is none)."""
+
+    async def open(self) -> None:
+        """Get ready (connect); must not fail when a shared backend is unreachable."""
+
+    async def close(self) -> None:
+        """Release connections and background tasks."""
+
+
+def open_budgets(
+    queue_url: str, hosts: Mapping[str, HostBudget], *, prefix: str = "syncd"
+) -> HostBudgets:
+    """The budgets that go with the queue at ``queue_url``: in process for ``memory://``,
+    in Redis (under ``prefix``) for ``redis://…``. Not yet open."""
+    if queue_url.startswith(("redis://", "rediss://", "unix://")):
+        return RedisHostBudgets(queue_url, hosts, prefix=prefix)
+    return LocalHostBudgets(hosts)
+
+
+async def hold_budget(
+    budgets: HostBudgets | None, url: str | URL, on_wait: OnWait | None
+) -> tuple[str | None, Lease]:
+    """What the transport does before each attempt: wait for the budget of ``url``'s host.
+    Returns the budget's name (``None``: no budgets, or no host) and the lease to release."""
+    key = budgets.key(url) if budgets is not None else None
+    if budgets is None or key is None:
+        return None, _FREE
+    return key, await budgets.acquire(key, on_wait=on_wait)
+
+
+async def note_cooldown(
+    budgets: HostBudgets | None, key: str | None, status: int, headers: Mapping[str, str]
+) -> None:
+    """What the transport does with each answer: a 429/503 with ``Retry-After`` (clamped to
+    60 s, as the retry waits are) holds every request to the host for that long."""
+    if budgets is None or key is None or status not in COOLDOWN_STATUSES:
+        return
+    seconds = parse_retry_after(headers.get("Retry-After"))
+    if seconds is not None and seconds > 0:
+        await budgets.cooldown(key, clamp_retry_after(seconds))
+
+
+# --- in process ---------------------------------------------------------------------------
+
+
+@dataclass
+class _Host:
+    budget: HostBudget | None
+    tokens: float
+    stamp: float
+    cooldown_until: float = -math.inf
+    # Waiters go one at a time: arrival order, and a single sleeper per host.
+    turn: asyncio.Lock = field(default_factory=asyncio.Lock)
+    slots: asyncio.Semaphore | None = None
+
+
+class LocalHostBudgets:
+    """:class:`HostBudgets` in this process (token bucket + semaphore on a monotonic clock).
+
+    ``clock`` (default :func:`time.monotonic`) and ``sleep`` (default :func:`asyncio.sleep`)
+    must agree: tests pass a fake clock whose sleep advances it.
+    """
+
+    def __init__(
+        self,
+        hosts: Mapping[str, HostBudget],
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Sleep | None = None,
+    ) -> None:
+        self.hosts = dict(hosts)
+        self._clock = clock
+        self._sleep: Sleep = sleep if sleep is not None else asyncio.sleep
+        self._state: dict[str, _Host] = {}
+
+    def key(self, url: str | URL) -> str | None:
+        """The budget ``url`` draws from (:func:`budget_key`)."""
+        return budget_key(url, self.hosts)
+
+    def _host(self, key: str) -> _Host:
+        state = self._state.get(key)
+        if state is None:
+            budget = self.hosts.get(key)
+            tokens = float(budget.burst) if budget is not None else 0.0
+            state = _Host(budget, tokens, self._clock())
+            if budget is not None and budget.concurrency is not None:
+                state.slots = asyncio.Semaphore(budget.concurrency)
+            self._state[key] = state
+        return state
+
+    async def acquire(self, key: str, *, on_wait: OnWait | None = None) -> Lease:
+        """See :meth:`HostBudgets.acquire`."""
+        state = self._host(key)
+        async with state.turn:
+            slots = state.slots
+            if slots is not None:
+                # The slot first, then the token: the token is spent when the request leaves.
+                await slots.acquire()
+            try:
+                await self._take_token(state, on_wait)
+            except BaseException:
+                if slots is not None:
+                    slots.release()
+                raise
+        if slots is None:
+            return _FREE
+
+        async def release() -> None:
+            slots.release()
+
+        return Lease(release)
+
+    async def _take_token(self, state: _Host, on_wait: OnWait | None) -> None:
+        while True:
+            now = self._clock()
+            if state.cooldown_until - now > _COOLDOWN_SLACK:
+                left = state.cooldown_until - now
+                if on_wait is not None:
+                    on_wait(WaitReason.HOST_COOLDOWN, left)
+                await self._sleep(left)
+                continue
+            budget = state.budget
+            if budget is None:
+                return
+            if now > state.stamp:
+                state.tokens = min(
+                    float(budget.burst), state.tokens + (now - state.stamp) * budget.rate
+                )
+                state.stamp = now
+            if state.tokens >= 1.0 - _ROUNDING:
+                state.tokens -= 1.0
+                return
+            wait = (1.0 - state.tokens) / budget.rate
+            if on_wait is not None and wait > REPORT_THROTTLE_OVER:
+                on_wait(WaitReason.THROTTLE, wait)
+            await self._sleep(wait)
+
+    async def cooldown(self, key: str, seconds: float) -> None:
+        """See :meth:`HostBudgets.cooldown`."""
+        state = self._host(key)
+        state.cooldown_until = max(state.cooldown_until, self._clock() + max(0.0, seconds))
+
+    async def cooldown_left(self, key: str) -> float:
+        """See :meth:`HostBudgets.cooldown_left`."""
+        state = self._state.get(key)
+        return 0.0 if state is None else max(0.0, state.cooldown_until - self._clock())
+
+    async def open(self) -> None:
+        """Nothing to open."""
+
+    async def close(self) -> None:
+        """Nothing to close."""
+
+
+# --- Redis --------------------------------------------------------------------------------
+
+# KEYS[1] bucket hash {tokens, ts}, KEYS[2] cooldown, KEYS[3] slots (zset lease -> expiry ms)
+# ARGV[1] rate/s (0: no bucket), ARGV[2] burst, ARGV[3] concurrency (0: no limit),
+# ARGV[4] lease id, ARGV[5] lease ttl (ms)
+# Returns {0, ""} (granted), {1, ms} (cooldown), {2, ""} (no free slot), {3, ms} (no token).
+# As in process: a cooldown within 1 ms of its end is over, and a token short of 1 by a
+# rounding error is whole (waking up to find 0.9999999 would cost another round trip).
+_ACQUIRE = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
+local cool = tonumber(redis.call('GET', KEYS[2]) or '0')
+if cool - now > 1 then return {1, tostring(cool - now)} end
+local rate, burst, limit = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local ttl = tonumber(ARGV[5])
+if limit > 0 then
+  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
+  if redis.call('ZCARD', KEYS[3]) >= limit then return {2, ''} end
+end
+if rate > 0 then
+  local state = redis.call('HMGET', KEYS[1], 'tokens', 'ts')
+  local tokens = tonumber(state[1]) or burst
+  local ts = tonumber(state[2]) or now
+  if now > ts then
+    tokens = math.min(burst, tokens + (now - ts) * rate / 1000)
+    ts = now
+  end
+  if tokens < 1 - 1e-9 then return {3, tostring((1 - tokens) * 1000 / rate)} end
+  tokens = tokens - 1
+  redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'ts', tostring(ts))
+  -- A bucket left alone refills to full, which is what a missing key means.
+  redis.call('PEXPIRE', KEYS[1], math.ceil((burst - tokens) * 1000 / rate) + 1000)
+end
+if limit > 0 then
+  redis.call('ZADD', KEYS[3], now + ttl, ARGV[4])
+  redis.call('PEXPIRE', KEYS[3], ttl)
+end
+return {0, ''}
+"""
+
+# KEYS[1] cooldown; ARGV[1] ms from now (0: only read). Returns ms left (a string).
+_COOLDOWN = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
+local cur = tonumber(redis.call('GET', KEYS[1]) or '0')
+local want = now + tonumber(ARGV[1])
+if tonumber(ARGV[1]) > 0 and want > cur then
+  redis.call('SET', KEYS[1], tostring(want), 'PX', math.ceil(want - now))
+  cur = want
+end
+return tostring(math.max(0, cur - now))
+"""
+
+# KEYS[1] slots; ARGV[1] lease ttl (ms), ARGV[2..] lease ids still held. Expired leases stay
+# gone (XX): their slot may already be someone else's.
+_RENEW = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
+local ttl = tonumber(ARGV[1])
+for i = 2, #ARGV do redis.call('ZADD', KEYS[1], 'XX', now + ttl, ARGV[i]) end
+if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('PEXPIRE', KEYS[1], ttl) end
+return 0
+"""
+
+# A waiter for a slot held by another instance looks again this often.
+_SLOT_POLL_SECONDS = 0.05
+# After Redis failed, budgets are applied in process for this long before trying it again.
+_OUTAGE_SECONDS = 5.0
+
+
+@dataclass
+class _Waiters:
+    turn: asyncio.Lock = field(default_factory=asyncio.Lock)
+    released: asyncio.Event = field(default_factory=asyncio.Event)
+    held: set[str] = field(default_factory=set)
+
+
+class RedisHostBudgets:
+    """:class:`HostBudgets` shared by every instance using Redis at ``url`` and ``prefix``.
+
+    Keys, per budget name ``H`` (see :func:`budget_key`):
+
+    ``{prefix}:host:H``
+        hash ``{tokens, ts}``: the token bucket, ``ts`` in ms of the Redis server's ``TIME``
+        (one clock for every instance). It expires once it would be full again.
+    ``{prefix}:host:H:cooldown``
+        the cooldown's end (server ms), expiring (``PX``) when the cooldown ends.
+    ``{prefix}:host:H:slots``
+        sorted set ``lease id -> expiry (server ms)``: the requests in flight. A holder renews
+        its leases every ``slot_ttl / 3``; a crashed instance's leases expire after
+        ``slot_ttl`` seconds and their slots come back.
+
+    ``acquire`` runs one Lua script (atomic, one round trip): cooldown → free slot → token;
+    when all three allow, it takes the token and the slot together. Otherwise it answers how
+    long to wait (cooldown or token) or "no slot" (then this instance waits for one of its own
+    releases, or polls every 50 ms). Waiters of one host in this instance go one at a time,
+    so only one of them asks Redis. (An acquire cancelled while its script runs may have
+    taken a token and a slot; that slot is not renewed and comes back after ``slot_ttl``.)
+
+    When Redis fails, the budgets are applied in process (each instance on its own: a host
+    may then see up to the number of instances times its rate) for a few seconds before Redis
+    is tried again (a warning each time Redis is found unreachable).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        hosts: Mapping[str, HostBudget],
+        *,
+        prefix: str = "syncd",
+        slot_ttl: float = 30.0,
+    ) -> None:
+        self.hosts = dict(hosts)
+        self._url = url
+        self._base = f"{prefix}:host:"
+        self._ttl_ms = max(1, round(slot_ttl * 1000))
+        self._renew_every = slot_ttl / 3
+        self._client: Any = None
+        self._scripts: dict[str, Any] = {}
+        self._local = LocalHostBudgets(hosts)
+        self._down_until = -math.inf
+        self._waiters: dict[str, _Waiters] = {}
+        self._renewer: asyncio.Task[None] | None = None
+        # The driver's errors, known once ``open`` has imported it (lazily, like the queue).
+        self._errors: tuple[type[BaseException], ...] = (OSError,)
+
+    def key(self, url: str | URL) -> str | None:
+        """The budget ``url`` draws from (:func:`budget_key`)."""
+        return budget_key(url, self.hosts)
+
+    async def open(self) -> None:
+        """Create the client (connections are made on first use)."""
+        if self._client is not None:
+            return
+        import redis.asyncio as aioredis
+        from redis.exceptions import RedisError
+
+        self._errors = (RedisError, OSError)
+        client = aioredis.Redis.from_url(
+            self._url,
+            decode_responses=True,
+            socket_connect_timeout=2.0,
+            socket_timeout=2.0,
+            socket_keepalive=True,
+        )
+        self._scripts = {
+            "acquire": client.register_script(_ACQUIRE),
+            "cooldown": client.register_script(_COOLDOWN),
+            "renew": client.register_script(_RENEW),
+        }
+        self._client = client
+
+    async def close(self) -> None:
+        """Stop renewing leases and disconnect (held leases then expire on their own)."""
+        renewer, self._renewer = self._renewer, None
+        if renewer is not None:
+            await cancel_and_wait(renewer)
+        client, self._client = self._client, None
+        if client is not None:
+            await client.aclose()
+
+    # --- operations -------------------------------------------------------------------
+
+    async def acquire(self, key: str, *, on_wait: OnWait | None = None) -> Lease:
+        """See :meth:`HostBudgets.acquire`."""
+        budget = self.hosts.get(key)
+        rate = budget.rate if budget is not None else 0.0
+        burst = budget.burst if budget is not None else 1
+        limit = budget.concurrency if budget is not None and budget.concurrency else 0
+        waiters = self._waiters.setdefault(key, _Waiters())
+        lease_id = secrets.token_hex(8)
+        async with waiters.turn:
+            while True:
+                if not self._usable():
+                    return await self._local.acquire(key, on_wait=on_wait)
+                released = waiters.released
+                try:
+                    answer = await self._run(
+                        "acquire",
+                        self._keys(key),
+                        [repr(rate), burst, limit, lease_id, self._ttl_ms],
+                    )
+                except self._errors as exc:
+                    self._outage(exc)
+                    continue
+                code, value = int(answer[0]), answer[1]
+                if code == 0:
+                    break
+                if code == 2:
+                    # No free slot: woken by a release here, or look again soon.
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(_SLOT_POLL_SECONDS):
+                            await released.wait()
+                    continue
+                wait = float(value) / 1000
+                reason = WaitReason.HOST_COOLDOWN if code == 1 else WaitReason.THROTTLE
+                if on_wait is not None and (code == 1 or wait > REPORT_THROTTLE_OVER):
+                    on_wait(reason, wait)
+                await asyncio.sleep(wait)
+        if not limit:
+            return _FREE
+        waiters.held.add(lease_id)
+        self._start_renewer()
+        return Lease(lambda: self._release(key, waiters, lease_id))
+
+    async def _release(self, key: str, waiters: _Waiters, lease_id: str) -> None:
+        waiters.held.discard(lease_id)
+        waiters.released.set()
+        waiters.released = asyncio.Event()
+        client = self._client
+        if client is None:
+            return
+        # Bounded: an abort must not wait on an unreachable Redis; the lease expires anyway.
+        errors: tuple[type[BaseException], ...] = (TimeoutError, *self._errors)
+        try:
+            async with asyncio.timeout(1.0):
+                await client.zrem(self._keys(key)[2], lease_id)
+        except errors as exc:
+            log.debug("http.budget_release_failed", host=key, error=str(exc))
+
+    async def cooldown(self, key: str, seconds: float) -> None:
+        """See :meth:`HostBudgets.cooldown` (the cooldown's end is on the server's clock)."""
+        await self._local.cooldown(key, seconds)  # also held here if Redis is unreachable
+        if seconds <= 0 or not self._usable():
+            return
+        try:
+            await self._run("cooldown", [self._keys(key)[1]], [max(1, math.ceil(seconds * 1000))])
+        except self._errors as exc:
+            self._outage(exc)
+
+    async def cooldown_left(self, key: str) -> float:
+        """See :meth:`HostBudgets.cooldown_left`."""
+        local = await self._local.cooldown_left(key)
+        if not self._usable():
+            return local
+        try:
+            left = await self._run("cooldown", [self._keys(key)[1]], [0])
+        except self._errors as exc:
+            self._outage(exc)
+            return local
+        return max(local, float(left) / 1000)
+
+    # --- helpers ----------------------------------------------------------------------
+
+    def _keys(self, key: str) -> list[str]:
+        base = self._base + key
+        return [base, f"{base}:cooldown", f"{base}:slots"]
+
+    async def _run(self, script: str, keys: list[str], args: list[Any]) -> Any:
+        if self._client is None:
+            raise RuntimeError("host budgets are not open: await budgets.open() first")
+        return await self._scripts[script](keys=keys, args=args)
+
+    def _usable(self) -> bool:
+        return self._client is not None and time.monotonic() >= self._down_until
+
+    def _outage(self, exc: BaseException) -> None:
+        log.warning(
+            "http.budgets_local_fallback",
+            error=str(exc) or type(exc).__name__,
+            retry_in=_OUTAGE_SECONDS,
+        )
+        self._down_until = time.monotonic() + _OUTAGE_SECONDS
+
+    def _start_renewer(self) -> None:
+        if self._renewer is None or self._renewer.done():
+            self._renewer = asyncio.create_task(self._renew_loop(), name="syncd-budget-renew")
+
+    async def _renew_loop(self) -> None:
+        """Keep the slots of requests in flight from expiring while their holder lives."""
+        while True:
+            await asyncio.sleep(self._renew_every)
+            for key, waiters in list(self._waiters.items()):
+                if not waiters.held or not self._usable():
+                    continue
+                try:
+                    await self._run(
+                        "renew", [self._keys(key)[2]], [self._ttl_ms, *sorted(waiters.held)]
+                    )
+                except self._errors as exc:
+                    self._outage(exc)

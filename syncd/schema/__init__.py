@@ -1,0 +1,53 @@
+"""One model of a connector, from which its validation and its JSON Schema both come.
+
+- :mod:`syncd.schema.fields`: field types (each with its check, message and JSON Schema),
+  the tagged unions of ``{"type": ...}`` configs, pydantic errors as ``{"path": message}``.
+- :mod:`syncd.schema.kinds`: the built-in kinds' config models (``HttpSourceConfig`` and its
+  pagination styles, ``StoreIndexerConfig``, ``WebhookIndexerConfig``).
+- :mod:`syncd.schema.connector`: ``ConnectorCreate`` / ``ConnectorPatch`` per registry of
+  kinds, :func:`connector_file_schema` and :func:`model_json_schemas`.
+
+:mod:`syncd.spec` validates request bodies through these models.
+"""
+
+from syncd.schema.connector import (
+    ConnectorModels,
+    connector_file_schema,
+    connector_models,
+    model_json_schemas,
+)
+from syncd.schema.fields import field_errors, tagged_union, url_problem
+from syncd.schema.kinds import (
+    CursorPagination,
+    HttpSourceConfig,
+    Incremental,
+    LinkHeaderPagination,
+    NextUrlPagination,
+    OffsetPagination,
+    PagePagination,
+    StoreIndexerConfig,
+    Timeout,
+    TypeTagged,
+    WebhookIndexerConfig,
+)
+
+__all__ = [
+    "ConnectorModels",
+    "CursorPagination",
+    "HttpSourceConfig",
+    "Incremental",
+    "LinkHeaderPagination",
+    "NextUrlPagination",
+    "OffsetPagination",
+    "PagePagination",
+    "StoreIndexerConfig",
+    "Timeout",
+    "TypeTagged",
+    "WebhookIndexerConfig",
+    "connector_file_schema",
+    "connector_models",
+    "field_errors",
+    "model_json_schemas",
+    "tagged_union",
+    "url_problem",
+]

@@ -1,0 +1,273 @@
+"""Connector files in YAML or JSON through the real ``syncd`` CLI: ``validate`` (offline),
+``create`` and ``update``, and ``preview`` of a file or of an existing connector against a
+daemon and a real local source."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import sys
+
+from aiohttp import web
+
+from tests.acceptance.conftest import CLI_TIMEOUT, Harness, Result, base_environ, http_source
+from tests.integration.sourceserver import SourceServer, make_records
+
+VALID_YAML = """\
+# yaml-language-server: $schema=https://example.invalid/syncd/connector.schema.json
+name: tickets
+source:
+  url: {url}
+  records: data
+  id_field: id
+  params:
+    limit: 10
+    since: "2024-01-01"
+  pagination: {{type: cursor, cursor_param: cursor, next_cursor: next_cursor}}
+sync_schedule: "*/15 * * * *"
+page_retries: 0
+"""
+
+INVALID_YAML = """\
+name: ""
+source:
+  url: ftp://example.invalid/items
+page_retries: 99
+retry_on_status: [200, 503]
+colour: blue
+"""
+
+
+def error_paths(result: Result) -> list[str]:
+    """The paths of ``validate``'s error lines (``path: message``)."""
+    return [line.split(":", 1)[0] for line in result.stdout.splitlines()]
+
+
+async def syncd_with_stdin(*args: str, stdin: str) -> Result:
+    """``syncd <args>`` as a process reading ``stdin``."""
+    proc = await asyncio.create_subprocess_exec(
+        *(sys.executable, "-m", "syncd", *args),
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=base_environ(),
+    )
+    out, err = await asyncio.wait_for(proc.communicate(stdin.encode()), CLI_TIMEOUT)
+    assert proc.returncode is not None
+    return Result(proc.returncode, out.decode(), err.decode())
+
+
+# --- validate ---------------------------------------------------------------------------
+
+
+async def test_validate_valid_files_offline(harness: Harness) -> None:
+    # No daemon runs: validate needs none.
+    harness.write_config(sync={"page_retries": 5})
+    url = "http://127.0.0.1:9/items"
+    (harness.root / "ok.yaml").write_text(VALID_YAML.format(url=url))
+    (harness.root / "ok.json").write_text(json.dumps({"name": "t", "source": {"url": url}}))
+    for name in ("ok.yaml", "ok.json"):
+        result = await harness.cli("validate", str(harness.root / name))
+        assert (result.code, result.stdout, result.stderr) == (0, "valid\n", ""), name
+    stdin = await syncd_with_stdin("validate", "-", stdin=VALID_YAML.format(url=url))
+    assert (stdin.code, stdin.stdout) == (0, "valid\n"), stdin.stderr
+
+
+async def test_schema_describes_the_files_validate_accepts(harness: Harness) -> None:
+    """`syncd schema` prints the JSON Schema editors use; it accepts the valid file and
+    refuses the invalid one, as `validate` does."""
+    import jsonschema
+    import yaml
+
+    result = await harness.cli("schema")
+    assert result.code == 0, result.stderr
+    schema = json.loads(result.stdout)
+    assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+    checker = jsonschema.Draft202012Validator(schema)
+    valid = yaml.safe_load(VALID_YAML.format(url="http://127.0.0.1:9/items"))
+    assert list(checker.iter_errors(valid)) == []
+    assert list(checker.iter_errors(yaml.safe_load(INVALID_YAML)))
+
+
+async def test_validate_prints_every_error_with_its_path(harness: Harness) -> None:
+    harness.write_config()
+    (harness.root / "bad.yml").write_text(INVALID_YAML)
+    result = await harness.cli("validate", str(harness.root / "bad.yml"))
+    assert result.code == 2
+    assert result.stderr == ""
+    assert sorted(error_paths(result)) == sorted(
+        ["name", "source.url", "page_retries", "retry_on_status.0", "colour"]
+    )
+    assert all(": " in line for line in result.stdout.splitlines())
+
+    body = {"name": "t", "source": {"url": "http://h/i", "params": [1]}, "indexer": {}}
+    (harness.root / "bad.json").write_text(json.dumps(body))
+    result = await harness.cli("validate", str(harness.root / "bad.json"))
+    assert result.code == 2
+    assert sorted(error_paths(result)) == ["indexer.type", "source.params"]
+
+    # JSON on stdin, recognised by its content.
+    stdin = await syncd_with_stdin("validate", "-", stdin='{"name": "x"}')
+    assert (stdin.code, error_paths(stdin)) == (2, ["source"])
+
+
+async def test_validate_refuses_unreadable_files(harness: Harness) -> None:
+    harness.write_config()
+    cases = {
+        "syntax.yaml": ("name: [unclosed\n", "is not valid YAML: line 2, column 1"),
+        "syntax.json": ('{"name": ', "is not valid JSON"),
+        "dated.yaml": ("name: t\nsource: {url: 'http://h/i', params: {since: 2024-01-01}}\n",
+                       "source.params.since: a YAML date has no JSON form (quote it"),
+        "empty.yaml": ("# nothing\n", "is empty"),
+    }  # fmt: skip
+    for name, (text, message) in cases.items():
+        path = harness.root / name
+        path.write_text(text)
+        result = await harness.cli("validate", str(path))
+        assert (result.code, result.stdout) == (2, ""), name
+        assert result.stderr.startswith(f"error: {path}"), result.stderr
+        assert message in result.stderr, (name, result.stderr)
+    missing = await harness.cli("validate", str(harness.root / "absent.yaml"))
+    assert missing.code == 2
+    assert "No such file or directory" in missing.stderr
+
+
+# --- create and update ------------------------------------------------------------------
+
+
+async def test_create_and_update_from_yaml(harness: Harness, source: SourceServer) -> None:
+    harness.write_config()
+    await harness.start()
+    path = harness.root / "tickets.yaml"
+    path.write_text(VALID_YAML.format(url=source.items_url))
+    created = await harness.cli("create", str(path), "--json")
+    assert created.code == 0, created.stderr
+    connector = created.json
+    assert connector["name"] == "tickets"
+    assert connector["source"]["params"] == {"limit": 10, "since": "2024-01-01"}
+    assert (connector["sync_schedule"], connector["page_retries"]) == ("*/15 * * * *", 0)
+
+    patch = harness.root / "patch.yml"
+    patch.write_text("# only what changes\nname: tickets-2\nsync_schedule: null\n")
+    updated = await harness.cli("update", "tickets", str(patch))
+    assert updated.code == 0, updated.stderr
+    assert updated.stdout == f"updated connector tickets-2 ({connector['id']})\n"
+    after = await harness.api.connector(connector["id"])
+    assert (after["name"], after["sync_schedule"]) == ("tickets-2", None)
+    assert after["source"] == connector["source"]
+
+    refused = await harness.cli("update", connector["id"], str(patch.with_name("p.json")))
+    assert refused.code == 2
+    patch.with_name("p.json").write_text('{"status": "gone"}')
+    refused = await harness.cli("update", connector["id"], str(patch.with_name("p.json")))
+    assert refused.code == 1
+    assert refused.stderr == "error: 422 body.status: Must be one of: active, paused\n"
+
+
+# --- preview ----------------------------------------------------------------------------
+
+
+async def test_preview_of_a_file_and_of_a_connector(harness: Harness, source: SourceServer) -> None:
+    harness.write_config()
+    await harness.start()
+    path = harness.root / "tickets.yaml"
+    path.write_text(VALID_YAML.format(url=source.items_url))
+
+    shown = await harness.cli("preview", str(path), "--pages", "2")
+    assert shown.code == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    assert lines[0] == f"GET {source.items_url}?limit=10&since=2024-01-01"
+    assert lines[1] == "page 1: 10 records, 10 ids; next cursor: page-1"
+    assert lines[2].startswith("  ids 10: item-00000, item-00001, ")
+    assert lines[3] == "page 2: 10 records, 10 ids; next cursor: page-2"
+    answer = (await harness.cli("preview", str(path), "--json")).json
+    assert [p["ids"] for p in answer["pages"]] == [[f"item-{i:05d}" for i in range(10)]]
+    assert (await harness.api.ok("GET", "/connectors"))["data"] == []  # nothing stored
+
+    created = (await harness.cli("create", str(path), "--json")).json
+    synced = await harness.cli("sync", "tickets", "--follow")
+    assert synced.code == 0, synced.stderr
+    records = make_records(25)
+    records[0] = {**records[0], "title": "renamed"}
+    records[1] = {"title": "no id"}
+    source.set_records([*records, *make_records(1, start=25)])
+    runs = await harness.api.runs(created["id"])
+
+    shown = await harness.cli("preview", "tickets", "--pages", "3")
+    assert shown.code == 0, shown.stderr
+    assert shown.stdout.splitlines()[1:] == [
+        "page 1: 10 records, 9 ids, 1 rejected; next cursor: page-1",
+        "  new 0",
+        "  changed 1: item-00000",
+        "  unchanged 8",
+        "  rejected record 1: id field 'id' is missing",
+        "page 2: 10 records, 10 ids; next cursor: page-2",
+        "  new 0",
+        "  changed 0",
+        "  unchanged 10",
+        "page 3: 6 records, 6 ids; next cursor: -",
+        "  new 1: item-00025",
+        "  changed 0",
+        "  unchanged 5",
+    ]
+    assert await harness.api.runs(created["id"]) == runs
+
+
+async def test_preview_of_a_failing_source_exits_1(harness: Harness, source: SourceServer) -> None:
+    harness.write_config()
+    await harness.start()
+    path = harness.root / "t.json"
+    body = {"name": "t", "source": http_source(source), "page_retries": 0}
+    path.write_text(json.dumps(body))
+    source.fail_next(404)
+    result = await harness.cli("preview", str(path))
+    assert result.code == 1
+    assert result.stdout == f"GET {source.items_url}\nno page fetched\n"
+    assert result.stderr.startswith("error: HTTP 404")
+    source.fail_next(404)
+    answer = await harness.cli("preview", str(path), "--json")
+    assert answer.code == 1
+    assert answer.json["pages"] == [] and answer.json["error"].startswith("HTTP 404")
+    missing = await harness.cli("preview", "no-such-connector")
+    assert (missing.code, missing.stderr) == (1, "error: 404 Connector not found\n")
+
+
+async def test_ctrl_c_stops_a_preview_and_its_request(harness: Harness) -> None:
+    started, cancelled = asyncio.Event(), asyncio.Event()
+
+    async def hang(request: web.Request) -> web.Response:
+        started.set()
+        try:
+            await asyncio.Event().wait()
+        finally:
+            cancelled.set()
+        raise AssertionError("unreachable")
+
+    app = web.Application()
+    app.router.add_get("/items", hang)
+    # handler_cancellation: this source sees its client (the daemon) leave as a cancellation.
+    runner = web.AppRunner(app, handle_signals=False, handler_cancellation=True)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    try:
+        harness.write_config()
+        await harness.start()
+        path = harness.root / "slow.json"
+        url = f"http://127.0.0.1:{runner.addresses[0][1]}/items"
+        path.write_text(json.dumps({"name": "slow", "source": {"url": url}}))
+        argv = [*harness_cli_argv(harness, "preview"), str(path), "--timeout", "60"]
+        cli = harness.spawn(argv)
+        await cli.start()
+        await asyncio.wait_for(started.wait(), CLI_TIMEOUT)
+        cli.send_signal(signal.SIGINT)
+        assert await cli.wait(CLI_TIMEOUT) == 130
+        assert "interrupted" in "".join(cli.stderr)
+        # The daemon saw its client leave and cancelled the request to the source.
+        await asyncio.wait_for(cancelled.wait(), 10)
+    finally:
+        await runner.cleanup()
+
+
+def harness_cli_argv(harness: Harness, command: str) -> list[str]:
+    return [sys.executable, "-m", "syncd", command, "--config", str(harness.config_path)]

@@ -1,0 +1,1 @@
+"""Example plugins used end to end by the integration tests."""
