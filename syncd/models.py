@@ -169,6 +169,10 @@ class Connector:
     # (e.g. the incremental high-water mark).
     resume_cursor: str | None = None
     source_state: Mapping[str, Any] = field(default_factory=dict)
+    # Internal: values a source must keep across runs and restarts whatever its crawl does
+    # (an OAuth2 refresh token the token endpoint rotated), written only by
+    # ``Store.save_secret_state``.
+    secret_state: Mapping[str, Any] = field(default_factory=dict)
     # The crawl in progress or last completed (set by the first page commit of a fresh run),
     # whether it is a full crawl, and when the full-crawl schedule is next due.
     crawl_id: str | None = None

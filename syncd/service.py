@@ -386,7 +386,7 @@ class ConnectorService:
         try:
             # The engine builds the source as a run does: the shared transport, its secrets
             # registered for masking, the state of the last completed crawl.
-            source = self._engine.build_source(connector, resuming=False)
+            source = self._engine.build_source(connector, resuming=False, persist=existing)
             describe = getattr(source, "describe_request", None)
             request = describe(None) if callable(describe) else None
             paginator = AsyncCursorPaginator(

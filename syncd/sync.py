@@ -339,16 +339,27 @@ class SyncEngine:
         handle: _Handle | None = None,
         *,
         full: bool = False,
+        persist: bool = True,
     ) -> Source:
+        """The connector's source, built as a run builds it. ``persist``: what the source
+        must keep across restarts (a rotated refresh token) is saved in the store — false for
+        a connector that is not stored (the preview of a body)."""
         kind = self._registry.source(connector.source)
+        cid = connector.id
         context = SourceContext(
-            connector_id=connector.id,
+            connector_id=cid,
             transport=self._transport,
             state=rules.start_state(connector, resuming=resuming, full=full),
             resuming=resuming,
             on_wait=(
                 (lambda reason, seconds: self._on_wait(handle, reason, seconds))
                 if handle is not None
+                else None
+            ),
+            secret_state=connector.secret_state,
+            save_secret_state=(
+                (lambda key, value: self._store.save_secret_state(cid, key, value))
+                if persist
                 else None
             ),
         )

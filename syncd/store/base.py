@@ -309,5 +309,12 @@ class Store(Protocol):
     async def list_instances(self, since: datetime) -> list[InstanceBeat]:
         """The instances whose last heartbeat is newer than ``since``, by owner."""
 
+    async def save_secret_state(
+        self, connector_id: str, key: str, value: Mapping[str, Any] | None
+    ) -> None:
+        """Set (or, with ``None``, remove) one key of the connector's ``secret_state``, durably,
+        in its own transaction. Not fenced by a run: a rotated refresh token must survive a
+        failed, aborted or interrupted crawl. No-op if the connector is gone."""
+
     async def remove_instance(self, owner: str) -> None:
         """Forget the instance ``owner`` (it stopped cleanly); no-op if unknown."""

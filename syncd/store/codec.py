@@ -164,6 +164,7 @@ CONNECTOR_COLUMNS: tuple[str, ...] = (
     "crawl_full",
     "next_full_crawl_at",
     "hash_fields",
+    "secret_state",
 )
 """Every column of the connectors table, in the order :func:`connector_to_row` yields them."""
 
@@ -209,6 +210,7 @@ def connector_to_row(
         "crawl_full": c.crawl_full,
         "next_full_crawl_at": dt(c.next_full_crawl_at),
         "hash_fields": None if c.hash_fields is None else js(list(c.hash_fields)),
+        "secret_state": js(dict(c.secret_state)),
     }
 
 
@@ -263,6 +265,7 @@ def connector_from_row(
         crawl_full=bool(row["crawl_full"]),
         next_full_crawl_at=dt(row["next_full_crawl_at"]),
         hash_fields=_hash_fields(row["hash_fields"], js),
+        secret_state=js(row["secret_state"]),
     )
 
 

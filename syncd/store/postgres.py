@@ -478,6 +478,21 @@ class PostgresStore:
             for row in rows
         ]
 
+    async def save_secret_state(
+        self, connector_id: str, key: str, value: Mapping[str, Any] | None
+    ) -> None:
+        """Set or remove one key of the connector's ``secret_state`` (row-locked)."""
+        async with self._db.transaction("save secret state") as tx:
+            current = await tx.fetch_value(sql.GET_SECRET_STATE, connector_id)
+            if current is None:
+                return
+            state = dict(current)
+            if value is None:
+                state.pop(key, None)
+            else:
+                state[key] = dict(value)
+            await tx.execute(sql.SET_SECRET_STATE, connector_id, state)
+
     async def remove_instance(self, owner: str) -> None:
         """Delete the instance's heartbeat row."""
         await self._db.execute(sql.REMOVE_INSTANCE, owner)

@@ -181,6 +181,11 @@ CREATE TABLE instances (
 CREATE INDEX instances_heartbeat_at_idx ON instances (heartbeat_at);
 """,
     ),
+    (
+        6,
+        # What a source keeps across runs and restarts (a rotated OAuth2 refresh token).
+        "ALTER TABLE connectors ADD COLUMN secret_state jsonb NOT NULL DEFAULT '{}';",
+    ),
 )
 
 # --- connectors -------------------------------------------------------------------------
@@ -537,3 +542,9 @@ LIST_INSTANCES: Final = """
 SELECT owner, info, heartbeat_at FROM instances WHERE heartbeat_at > $1 ORDER BY owner"""
 
 REMOVE_INSTANCE: Final = "DELETE FROM instances WHERE owner = $1"
+
+
+# --- secret state -------------------------------------------------------------------------
+
+GET_SECRET_STATE: Final = "SELECT secret_state FROM connectors WHERE id = $1 FOR UPDATE"
+SET_SECRET_STATE: Final = "UPDATE connectors SET secret_state = $2 WHERE id = $1"

@@ -537,6 +537,21 @@ class SQLiteStore:
             if (heartbeat_at := decode_dt(at)) is not None  # always: a NOT NULL column
         ]
 
+    async def save_secret_state(
+        self, connector_id: str, key: str, value: Mapping[str, Any] | None
+    ) -> None:
+        """Set or remove one key of the connector's ``secret_state``."""
+        async with self._db.transaction() as tx:
+            row = await tx.fetch_one(sql.GET_SECRET_STATE, connector_id)
+            if row is None:
+                return
+            state = dict(load_json(row[0]) or {})
+            if value is None:
+                state.pop(key, None)
+            else:
+                state[key] = dict(value)
+            await tx.execute(sql.SET_SECRET_STATE, dump_json(state), connector_id)
+
     async def remove_instance(self, owner: str) -> None:
         """Delete the instance's heartbeat row."""
         async with self._db.transaction() as tx:

@@ -154,6 +154,8 @@ MIGRATIONS: tuple[Migration, ...] = (
             "CREATE INDEX instances_heartbeat_at ON instances (heartbeat_at)",
         ),
     ),
+    # What a source keeps across runs and restarts (a rotated OAuth2 refresh token).
+    Migration(6, ("ALTER TABLE connectors ADD COLUMN secret_state TEXT NOT NULL DEFAULT '{}'",)),
 )
 
 # --- setup ------------------------------------------------------------------------------
@@ -421,3 +423,9 @@ LIST_INSTANCES = (
     "SELECT owner, info, heartbeat_at FROM instances WHERE heartbeat_at > ? ORDER BY owner"
 )
 REMOVE_INSTANCE = "DELETE FROM instances WHERE owner = ?"
+
+
+# --- secret state -------------------------------------------------------------------------
+
+GET_SECRET_STATE = "SELECT secret_state FROM connectors WHERE id = ?"
+SET_SECRET_STATE = "UPDATE connectors SET secret_state = ? WHERE id = ?"

@@ -1451,3 +1451,26 @@ async def test_a_removed_instance_is_no_longer_listed(store: Store) -> None:
     await store.remove_instance("a/1")
     await store.remove_instance("unknown")  # no-op
     assert [b.owner for b in await store.list_instances(T0)] == ["b/2"]
+
+
+async def test_secret_state_is_kept_apart_from_every_other_write(store: Store) -> None:
+    """``save_secret_state`` sets and removes keys durably; mutations and page commits keep
+    what it wrote; nothing happens for a connector that is gone."""
+    c = await store.create_connector(make_connector())
+    assert c.secret_state == {}
+    await store.save_secret_state(c.id, "oauth2", {"refresh_token": "r2", "generation": 2})
+    await store.save_secret_state(c.id, "other", {"k": 1})
+    await store.mutate_connector(c.id, lambda x: Transition(replace(x, name="renamed")))
+    got = await store.get_connector(c.id)
+    assert got is not None and got.name == "renamed"
+    assert got.secret_state == {
+        "oauth2": {"refresh_token": "r2", "generation": 2},
+        "other": {"k": 1},
+    }
+    await store.save_secret_state(c.id, "other", None)
+    got = await store.get_connector(c.id)
+    assert got is not None and got.secret_state == {
+        "oauth2": {"refresh_token": "r2", "generation": 2}
+    }
+    await store.save_secret_state("missing", "oauth2", {"refresh_token": "x"})
+    assert await store.get_connector("missing") is None

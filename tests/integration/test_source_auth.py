@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import uuid
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ from urllib.parse import unquote_plus
 import pytest
 from aiohttp import web
 
+from syncd.api.views import connector_json
 from syncd.errors import Aborted, ClientError, ServerError, SourceError
 from syncd.http.paginator import AsyncCursorPaginator, CancelToken
 from syncd.http.timeouts import Timeouts
@@ -24,9 +26,10 @@ from syncd.http.transport import Transport
 from syncd.logs import MASK, redact
 from syncd.models import Page
 from syncd.sources import HttpSource
-from syncd.sources.auth import OAUTH2_STATE_KEY, AuthError, TokenCache, validate_auth
+from syncd.sources.auth import OAUTH2_STATE_KEY, TOKENS, AuthError, TokenCache, validate_auth
 from syncd.sources.base import SourceContext
 from syncd.sources.secrets import connector_secrets
+from tests.integration.conftest import DaemonFactory
 
 
 def canary(kind: str) -> str:
@@ -650,3 +653,58 @@ def test_every_auth_value_but_the_descriptive_ones_is_a_secret() -> None:
         {"type": "api_key", "in": "query", "name": "api_key", "value": "val"},
     ]
     assert [connector_secrets({"auth": a}) for a in static] == [{"tok"}, {"pw"}, {"val"}]
+
+
+# --- through the daemon: the rotated refresh token survives a restart ------------------------
+
+
+async def test_a_rotated_refresh_token_is_stored_and_survives_a_failed_crawl_and_a_restart(
+    api: Api, make_any_daemon: DaemonFactory
+) -> None:
+    api.rotate = True
+    configured = api.refresh_token
+    first = make_any_daemon()
+    await first.start()
+    c = await first.create_connector(
+        {
+            "name": "oauth",
+            "source": {
+                "type": "http",
+                "url": f"{api.url}/items",
+                "records": "data",
+                "id_field": "id",
+                "pagination": {
+                    "type": "cursor",
+                    "cursor_param": "cursor",
+                    "next_cursor": "next_cursor",
+                },
+                "auth": refresh_grant(api),
+            },
+            "page_retries": 0,
+        }
+    )
+    # The crawl fails after the token came back rotated: the rotation is kept anyway.
+    api.reject_pages = 2
+    await first.trigger_sync(c.id)
+    await first.wait_run(c.id)
+    failed = await first.get_connector(c.id)
+    assert failed.last_error is not None and "401" in failed.last_error
+    rotated = api.refresh_token
+    assert rotated != configured
+    assert failed.secret_state[OAUTH2_STATE_KEY]["refresh_token"] == rotated
+    # Never shown by the API (nor anything else of the config's secrets).
+    shown = json.dumps(connector_json(failed, await first.document_counts(c.id)))
+    assert rotated not in shown and configured not in shown
+    await first.stop()
+
+    # A restart: a new daemon, no token in memory, the config still naming the revoked one.
+    TOKENS.drop(c.id)
+    second = make_any_daemon()
+    await second.start()
+    await second.trigger_sync(c.id)
+    await second.wait_run(c.id)
+    done = await second.get_connector(c.id)
+    assert done.last_error is None and done.last_synced_at is not None
+    sent = [r.form["refresh_token"] for r in api.token_requests]
+    assert configured in sent[:1] and rotated in sent[1:]
+    assert done.secret_state[OAUTH2_STATE_KEY]["refresh_token"] == api.refresh_token
