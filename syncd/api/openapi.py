@@ -432,7 +432,8 @@ INVALID = Reply("Invalid request: one entry per bad field", "ValidationError")
 TOO_LARGE = Reply("Request body too large")
 UNAVAILABLE = Reply("Store unavailable / Queue unavailable: retry later")
 NOT_FOUND = Reply("Connector not found")
-MALFORMED = Reply("Malformed request (a request line or a header over 8 KiB)")
+# Answered by the HTTP parser itself, before any handler: a plain-text body.
+MALFORMED = Reply("Malformed request (a request line or a header over 8 KiB)", None, "text/plain")
 
 
 def build_openapi(
