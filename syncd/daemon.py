@@ -93,6 +93,7 @@ class Daemon:
         self.service: ConnectorService
         self.events: EventHub
         self._supervisor: Supervisor
+        self._beat_write: asyncio.Future[None] | None = None
 
     # --- plugins ------------------------------------------------------------------------
 
@@ -386,7 +387,12 @@ class Daemon:
         """Record this instance's heartbeat in the store now (the side task does it every
         ``instance_heartbeat_seconds``)."""
         now = utcnow()
-        await self.store.heartbeat_instance(self.owner, self._instance_info(), now)
+        # Shielded and kept: a stop that cancels the beat mid-write waits for the write before
+        # it removes the instance, or the row could come back after the removal.
+        self._beat_write = asyncio.ensure_future(
+            self.store.heartbeat_instance(self.owner, self._instance_info(), now)
+        )
+        await asyncio.shield(self._beat_write)
         self._heartbeat_at = now
 
     async def _heartbeat_forever(self) -> None:
@@ -403,6 +409,10 @@ class Daemon:
 
     async def _forget_instance(self) -> None:
         """Remove this instance from ``GET /status`` of the others (a clean stop)."""
+        if self._beat_write is not None:
+            await asyncio.wait({self._beat_write})
+            if not self._beat_write.cancelled():
+                self._beat_write.exception()  # a failed last beat changes nothing here
         try:
             await self.store.remove_instance(self.owner)
         except SyncdError as exc:

@@ -31,7 +31,8 @@ from aiohttp.typedefs import Handler, Middleware
 import syncd
 from syncd import ui
 from syncd.api.openapi import Route, build_openapi
-from syncd.api.routes import CLIENT_CLOSED_REQUEST, OPENAPI, ROUTES, SERVICE, SYSTEM, System
+from syncd.api.params import SERVICE
+from syncd.api.routes import CLIENT_CLOSED_REQUEST, OPENAPI, ROUTES, SYSTEM, System
 from syncd.config import ApiConfig
 from syncd.errors import (
     Conflict,

@@ -8,25 +8,29 @@ responses by the application's error middleware.
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
-import json
-import re
-from collections.abc import Awaitable
-from enum import StrEnum
 from typing import Any, Protocol, TypeVar
 
 import orjson
 from aiohttp import web
 
 from syncd.api import views
-from syncd.api.openapi import CURSOR_MAX_LENGTH, Reply, Route
+from syncd.api.openapi import Reply, Route
+from syncd.api.params import (
+    cursor_param,
+    json_object,
+    limit_param,
+    listing,
+    path_id,
+    service_of,
+    status_param,
+)
 from syncd.errors import NotFound, ValidationError
 from syncd.events import MAX_FILTER_IDS, EventHub
 from syncd.metrics import Metrics
 from syncd.models import Connector, ConnectorStatus, DocStatus
-from syncd.service import ConnectorService, Preview, encode_cursor
-from syncd.spec import MSG_NOT_OBJECT, text_problem
+from syncd.service import Preview
+from syncd.spec import text_problem
 from syncd.tasks import cancel_and_wait
 
 
@@ -44,123 +48,15 @@ class System(Protocol):
     async def status(self) -> dict[str, Any]: ...
 
 
-SERVICE: web.AppKey[ConnectorService] = web.AppKey("syncd.service")
 SYSTEM: web.AppKey[System] = web.AppKey("syncd.system")
 OPENAPI: web.AppKey[dict[str, Any]] = web.AppKey("syncd.openapi")
 
-LIMIT_DEFAULT = 100
-LIMIT_MAX = 1000
-_LIMIT_DIGITS = 10  # more is out of range anyway, and int() refuses over 4300 digits
-EMPTY_CURSOR = "~"  # the cursor of an empty id (service.encode_cursor)
-_BASE64URL = re.compile(r"[A-Za-z0-9_-]+")
 
-_E = TypeVar("_E", bound=StrEnum)
 _T = TypeVar("_T")
 
 
-# --- request parsing ------------------------------------------------------------------
-
-
-def _service(request: web.Request) -> ConnectorService:
-    return request.app[SERVICE]
-
-
-def _id(request: web.Request) -> str:
-    connector_id = request.match_info["id"]
-    if text_problem(connector_id):
-        # No connector has such an id, and PostgreSQL refuses to even compare it.
-        raise NotFound()
-    return connector_id
-
-
-async def _json_object(request: web.Request) -> dict[str, Any]:
-    """The body as a JSON object; 422 when it is not JSON or not an object.
-
-    Reading past the application's ``client_max_size`` raises 413 (aiohttp).
-    """
-    raw = await request.read()
-    try:
-        body = json.loads(raw, parse_constant=_reject_constant)
-        # Lone surrogates (``"\ud800"``) are valid JSON escapes but not text: refuse them
-        # here rather than fail when the store encodes the string.
-        json.dumps(body, ensure_ascii=False).encode("utf-8")
-    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, NaN/Infinity
-        raise ValidationError({"body": f"Invalid JSON: {exc}"}) from None
-    except RecursionError:
-        raise ValidationError({"body": "Invalid JSON: nested too deeply"}) from None
-    if not isinstance(body, dict):
-        raise ValidationError({"body": MSG_NOT_OBJECT})
-    return body
-
-
-def _reject_constant(name: str) -> Any:
-    # NaN and Infinity are not JSON; Python's parser accepts them unless told not to.
-    raise ValueError(f"{name} is not valid JSON")
-
-
-def _limit(request: web.Request) -> int:
-    raw = request.query.get("limit")
-    if raw is None:
-        return LIMIT_DEFAULT
-    digits = raw.isascii() and raw.isdigit() and len(raw) <= _LIMIT_DIGITS
-    if not digits or not 1 <= int(raw) <= LIMIT_MAX:
-        raise ValidationError({"query.limit": f"Must be an integer between 1 and {LIMIT_MAX}"})
-    return int(raw)
-
-
-def _status(request: web.Request, enum: type[_E]) -> _E | None:
-    raw = request.query.get("status")
-    if raw is None:
-        return None
-    try:
-        return enum(raw)
-    except ValueError:
-        allowed = ", ".join(member.value for member in enum)
-        raise ValidationError({"query.status": f"Must be one of: {allowed}"}) from None
-
-
-def _cursor(request: web.Request) -> str | None:
-    """The ``cursor`` query parameter: exactly what ``openapi.CURSOR_PATTERN`` describes.
-
-    A cursor is opaque but forgeable. Any base64url text (unpadded) is a position in the
-    list, even one this daemon did not hand out; bytes that are not UTF-8 are read with
-    U+FFFD in their place. One that decodes to a NUL is refused (no store can compare it:
-    PostgreSQL fails), and so is anything that is not base64url.
-    """
-    raw = request.query.get("cursor")
-    return None if raw is None else parse_cursor(raw)
-
-
-def parse_cursor(raw: str) -> str:
-    """A ``cursor`` query value as the service takes it (see :func:`_cursor`);
-    :class:`ValidationError` (``query.cursor``) when refused."""
-    if raw == EMPTY_CURSOR:
-        return raw
-    if len(raw) > CURSOR_MAX_LENGTH or len(raw) % 4 == 1 or not _BASE64URL.fullmatch(raw):
-        raise ValidationError({"query.cursor": "Invalid cursor"})
-    data = base64.b64decode(raw + "=" * (-len(raw) % 4), altchars=b"-_", validate=True)
-    if b"\0" in data:
-        raise ValidationError({"query.cursor": "Invalid cursor"})
-    try:
-        data.decode()
-    except UnicodeDecodeError:
-        return encode_cursor(data.decode(errors="replace"))
-    return raw
-
-
-async def _listing(call: Awaitable[_T]) -> _T:
-    """Await a list operation; a validation error it raises (a cursor the daemon cannot
-    decode) concerns the query string."""
-    try:
-        return await call
-    except ValidationError as exc:
-        raise ValidationError(
-            {k if k.startswith("query.") else f"query.{k}": v for k, v in exc.errors.items()}
-        ) from None
-
-
 async def _connector_body(request: web.Request, connector: Connector) -> dict[str, Any]:
-    counts = await _service(request).document_counts(connector.id)
+    counts = await service_of(request).document_counts(connector.id)
     return views.connector_json(connector, counts)
 
 
@@ -169,17 +65,21 @@ async def _connector_body(request: web.Request, connector: Connector) -> dict[st
 
 async def create_connector(request: web.Request) -> web.Response:
     """``POST /connectors``."""
-    body = await _json_object(request)
-    connector = await _service(request).create_connector(body)
+    body = await json_object(request)
+    connector = await service_of(request).create_connector(body)
     # A new connector has no documents: no need to count them.
     return web.json_response(views.connector_json(connector, {}), status=201)
 
 
 async def list_connectors(request: web.Request) -> web.Response:
     """``GET /connectors``."""
-    status, limit, cursor = _status(request, ConnectorStatus), _limit(request), _cursor(request)
-    daemon = _service(request)
-    connectors, next_cursor = await _listing(
+    status, limit, cursor = (
+        status_param(request, ConnectorStatus),
+        limit_param(request),
+        cursor_param(request),
+    )
+    daemon = service_of(request)
+    connectors, next_cursor = await listing(
         daemon.list_connectors(status=status, limit=limit, cursor=cursor)
     )
     data = [await _connector_body(request, c) for c in connectors]
@@ -188,28 +88,28 @@ async def list_connectors(request: web.Request) -> web.Response:
 
 async def get_connector(request: web.Request) -> web.Response:
     """``GET /connectors/{id}``."""
-    connector = await _service(request).get_connector(_id(request))
+    connector = await service_of(request).get_connector(path_id(request))
     return web.json_response(await _connector_body(request, connector))
 
 
 async def update_connector(request: web.Request) -> web.Response:
     """``PATCH /connectors/{id}``."""
-    body = await _json_object(request)
-    connector = await _service(request).update_connector(_id(request), body)
+    body = await json_object(request)
+    connector = await service_of(request).update_connector(path_id(request), body)
     return web.json_response(await _connector_body(request, connector))
 
 
 async def delete_connector(request: web.Request) -> web.Response:
     """``DELETE /connectors/{id}``."""
-    connector_id = _id(request)
-    await _service(request).delete_connector(connector_id)
+    connector_id = path_id(request)
+    await service_of(request).delete_connector(connector_id)
     return web.json_response({"connector_id": connector_id, "status": "deleting"}, status=202)
 
 
 async def trigger_sync(request: web.Request) -> web.Response:
     """``POST /connectors/{id}/sync``."""
-    connector_id = _id(request)
-    run_id = await _service(request).trigger_sync(connector_id)
+    connector_id = path_id(request)
+    run_id = await service_of(request).trigger_sync(connector_id)
     return web.json_response(
         {"connector_id": connector_id, "run_id": run_id, "sync_status": "running"}, status=202
     )
@@ -217,8 +117,8 @@ async def trigger_sync(request: web.Request) -> web.Response:
 
 async def abort_sync(request: web.Request) -> web.Response:
     """``POST /connectors/{id}/sync/abort``."""
-    connector_id = _id(request)
-    run_id = await _service(request).abort_sync(connector_id)
+    connector_id = path_id(request)
+    run_id = await service_of(request).abort_sync(connector_id)
     return web.json_response(
         {"connector_id": connector_id, "run_id": run_id, "status": "abort_requested"}, status=202
     )
@@ -229,10 +129,10 @@ async def abort_sync(request: web.Request) -> web.Response:
 
 async def list_runs(request: web.Request) -> web.Response:
     """``GET /connectors/{id}/runs``."""
-    await _service(request).get_connector(_id(request))  # 404 before 422
-    limit, cursor = _limit(request), _cursor(request)
-    runs, next_cursor = await _listing(
-        _service(request).list_runs(_id(request), limit=limit, cursor=cursor)
+    await service_of(request).get_connector(path_id(request))  # 404 before 422
+    limit, cursor = limit_param(request), cursor_param(request)
+    runs, next_cursor = await listing(
+        service_of(request).list_runs(path_id(request), limit=limit, cursor=cursor)
     )
     return web.json_response(
         {"data": [views.run_json(r) for r in runs], "next_cursor": next_cursor}
@@ -241,10 +141,16 @@ async def list_runs(request: web.Request) -> web.Response:
 
 async def list_documents(request: web.Request) -> web.Response:
     """``GET /connectors/{id}/documents``."""
-    await _service(request).get_connector(_id(request))  # 404 before 422
-    status, limit, cursor = _status(request, DocStatus), _limit(request), _cursor(request)
-    documents, next_cursor = await _listing(
-        _service(request).list_documents(_id(request), status=status, limit=limit, cursor=cursor)
+    await service_of(request).get_connector(path_id(request))  # 404 before 422
+    status, limit, cursor = (
+        status_param(request, DocStatus),
+        limit_param(request),
+        cursor_param(request),
+    )
+    documents, next_cursor = await listing(
+        service_of(request).list_documents(
+            path_id(request), status=status, limit=limit, cursor=cursor
+        )
     )
     return web.json_response(
         {"data": [views.document_json(d) for d in documents], "next_cursor": next_cursor}
@@ -253,11 +159,11 @@ async def list_documents(request: web.Request) -> web.Response:
 
 async def get_document(request: web.Request) -> web.Response:
     """``GET /connectors/{id}/documents/{external_id}``."""
-    connector_id, external_id = _id(request), request.match_info["external_id"]
+    connector_id, external_id = path_id(request), request.match_info["external_id"]
     if text_problem(external_id):  # no store holds such an id (PostgreSQL cannot compare it)
-        await _service(request).get_connector(connector_id)  # 404 Connector not found first
+        await service_of(request).get_connector(connector_id)  # 404 Connector not found first
         raise NotFound("Document not found")
-    document = await _service(request).get_document(connector_id, external_id)
+    document = await service_of(request).get_document(connector_id, external_id)
     # orjson embeds the stored payload text as it is (see views.document_json).
     body = orjson.dumps(views.document_json(document, with_payload=True))
     return web.Response(body=body, content_type="application/json")
@@ -265,13 +171,13 @@ async def get_document(request: web.Request) -> web.Response:
 
 async def retry_failed(request: web.Request) -> web.Response:
     """``POST /connectors/{id}/retry-failed``."""
-    requeued = await _service(request).retry_failed(_id(request))
+    requeued = await service_of(request).retry_failed(path_id(request))
     return web.json_response({"requeued": requeued}, status=202)
 
 
 async def apply_deletions(request: web.Request) -> web.Response:
     """``POST /connectors/{id}/deletions/apply``."""
-    deleting = await _service(request).apply_deletions(_id(request))
+    deleting = await service_of(request).apply_deletions(path_id(request))
     return web.json_response({"deleting": deleting}, status=202)
 
 
@@ -291,11 +197,11 @@ async def preview_connector(request: web.Request) -> web.Response:
     disconnects stops the fetch at once: aiohttp does not cancel a handler when its client
     leaves (``handler_cancellation`` is off), so the handler watches for it.
     """
-    body = await _json_object(request)
+    body = await json_object(request)
     pages = body.get("pages")
     if isinstance(pages, float) and pages.is_integer():
         body["pages"] = int(pages)  # 2.0 is the integer 2 in JSON (see schema.fields)
-    work = asyncio.create_task(_service(request).preview(body), name="api:preview")
+    work = asyncio.create_task(service_of(request).preview(body), name="api:preview")
     watch = asyncio.create_task(_client_gone(request), name="api:preview:client")
     try:
         await asyncio.wait({work, watch}, return_when=asyncio.FIRST_COMPLETED)

@@ -2,7 +2,7 @@
 
 A pattern here is both: the check refuses what it does not match (before the library check
 that follows it: croniter, yarl), so the description is never looser than the server for
-what the pattern covers. Patterns are ECMA-262 and Python ``re`` alike (no flags, ``\\uXXXX``
+what the pattern covers. Patterns are ECMA-262 and Python ``re`` alike (no flags, ``\\uhhhh``
 escapes, lookaheads only).
 """
 

@@ -1,0 +1,130 @@
+"""Request parsing shared by the API handlers: path ids, JSON bodies, list parameters.
+
+Every check answers a client's mistake with a :class:`~syncd.errors.ValidationError` naming
+the part of the request (``body``, ``query.limit``, ``query.cursor``) or a 404, never a 500.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from collections.abc import Awaitable
+from enum import StrEnum
+from typing import Any, TypeVar
+
+from aiohttp import web
+
+from syncd.api.openapi import CURSOR_MAX_LENGTH
+from syncd.errors import NotFound, ValidationError
+from syncd.service import ConnectorService, encode_cursor
+from syncd.spec import MSG_NOT_OBJECT, text_problem
+
+SERVICE: web.AppKey[ConnectorService] = web.AppKey("syncd.service")
+
+LIMIT_DEFAULT = 100
+LIMIT_MAX = 1000
+_LIMIT_DIGITS = 10  # more is out of range anyway, and int() refuses over 4300 digits
+EMPTY_CURSOR = "~"  # the cursor of an empty id (service.encode_cursor)
+_BASE64URL = re.compile(r"[A-Za-z0-9_-]+")
+
+_E = TypeVar("_E", bound=StrEnum)
+_T = TypeVar("_T")
+
+
+def service_of(request: web.Request) -> ConnectorService:
+    return request.app[SERVICE]
+
+
+def path_id(request: web.Request) -> str:
+    connector_id = request.match_info["id"]
+    if text_problem(connector_id):
+        # No connector has such an id, and PostgreSQL refuses to even compare it.
+        raise NotFound()
+    return connector_id
+
+
+async def json_object(request: web.Request) -> dict[str, Any]:
+    """The body as a JSON object; 422 when it is not JSON or not an object.
+
+    Reading past the application's ``client_max_size`` raises 413 (aiohttp).
+    """
+    raw = await request.read()
+    try:
+        body = json.loads(raw, parse_constant=_reject_constant)
+        # Lone surrogates (``"\ud800"``) are valid JSON escapes but not text: refuse them
+        # here rather than fail when the store encodes the string.
+        json.dumps(body, ensure_ascii=False).encode("utf-8")
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, NaN/Infinity
+        raise ValidationError({"body": f"Invalid JSON: {exc}"}) from None
+    except RecursionError:
+        raise ValidationError({"body": "Invalid JSON: nested too deeply"}) from None
+    if not isinstance(body, dict):
+        raise ValidationError({"body": MSG_NOT_OBJECT})
+    return body
+
+
+def _reject_constant(name: str) -> Any:
+    # NaN and Infinity are not JSON; Python's parser accepts them unless told not to.
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def limit_param(request: web.Request) -> int:
+    raw = request.query.get("limit")
+    if raw is None:
+        return LIMIT_DEFAULT
+    digits = raw.isascii() and raw.isdigit() and len(raw) <= _LIMIT_DIGITS
+    if not digits or not 1 <= int(raw) <= LIMIT_MAX:
+        raise ValidationError({"query.limit": f"Must be an integer between 1 and {LIMIT_MAX}"})
+    return int(raw)
+
+
+def status_param(request: web.Request, enum: type[_E]) -> _E | None:
+    raw = request.query.get("status")
+    if raw is None:
+        return None
+    try:
+        return enum(raw)
+    except ValueError:
+        allowed = ", ".join(member.value for member in enum)
+        raise ValidationError({"query.status": f"Must be one of: {allowed}"}) from None
+
+
+def cursor_param(request: web.Request) -> str | None:
+    """The ``cursor`` query parameter: exactly what ``openapi.CURSOR_PATTERN`` describes.
+
+    A cursor is opaque but forgeable. Any base64url text (unpadded) is a position in the
+    list, even one this daemon did not hand out; bytes that are not UTF-8 are read with
+    U+FFFD in their place. One that decodes to a NUL is refused (no store can compare it:
+    PostgreSQL fails), and so is anything that is not base64url.
+    """
+    raw = request.query.get("cursor")
+    return None if raw is None else parse_cursor(raw)
+
+
+def parse_cursor(raw: str) -> str:
+    """A ``cursor`` query value as the service takes it (see :func:`cursor_param`);
+    :class:`ValidationError` (``query.cursor``) when refused."""
+    if raw == EMPTY_CURSOR:
+        return raw
+    if len(raw) > CURSOR_MAX_LENGTH or len(raw) % 4 == 1 or not _BASE64URL.fullmatch(raw):
+        raise ValidationError({"query.cursor": "Invalid cursor"})
+    data = base64.b64decode(raw + "=" * (-len(raw) % 4), altchars=b"-_", validate=True)
+    if b"\0" in data:
+        raise ValidationError({"query.cursor": "Invalid cursor"})
+    try:
+        data.decode()
+    except UnicodeDecodeError:
+        return encode_cursor(data.decode(errors="replace"))
+    return raw
+
+
+async def listing(call: Awaitable[_T]) -> _T:
+    """Await a list operation; a validation error it raises (a cursor the daemon cannot
+    decode) concerns the query string."""
+    try:
+        return await call
+    except ValidationError as exc:
+        raise ValidationError(
+            {k if k.startswith("query.") else f"query.{k}": v for k, v in exc.errors.items()}
+        ) from None
