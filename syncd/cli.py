@@ -369,18 +369,51 @@ async def _preview(api: Client, args: argparse.Namespace, io: Streams) -> int:
     return EXIT_OK
 
 
+async def _newest_run(api: Client, cid: str) -> dict[str, Any] | None:
+    """The connector's newest run, if any."""
+    runs = (await api.list_runs(cid, limit=1)).get("data") or []
+    return runs[0] if runs else None
+
+
+async def _wait_queued(api: Client, cid: str, interval: float) -> str | None:
+    """Wait until a queued trigger leaves ``queued``: the id of the run it started (maybe
+    ended already), or ``None`` when it was dropped (aborted, paused, deleted)."""
+    last = await _newest_run(api, cid)
+    known = last.get("id") if last else None
+    while True:
+        connector = await api.get_connector(cid)
+        if connector.get("sync_status") != "queued":
+            run = await _newest_run(api, cid)
+            if run_id := connector.get("run_id"):
+                return str(run_id)
+            if run is not None and run.get("id") != known and run.get("trigger") == "manual":
+                return str(run["id"])
+            return None
+        await asyncio.sleep(interval)
+
+
 async def _sync(api: Client, args: argparse.Namespace, io: Streams) -> int:
     connector = await api.resolve(args.connector)
     cid = str(connector["id"])
     answer = await api.trigger_sync(cid)
     run_id = answer.get("run_id")
+    started = f"sync started: run {run_id}\n"
+    if run_id is None:  # no free run slot: the trigger waits for one
+        started = "sync queued: it starts when a run slot frees\n"
     if not args.follow:
         if args.json:
             return _print_json(io, answer)
-        io.stdout.write(f"sync started: run {run_id}\n")
+        io.stdout.write(started)
         return EXIT_OK
     if not args.json:
-        io.stdout.write(f"sync started: run {run_id}\n")
+        io.stdout.write(started)
+    if run_id is None:
+        run_id = await _wait_queued(api, cid, args.interval)
+        if run_id is None:
+            io.stderr.write("the queued sync was dropped before it started\n")
+            return EXIT_API
+        if not args.json:
+            io.stdout.write(f"sync started: run {run_id}\n")
     run = await follow(
         api, cid, str(run_id), io.stdout, io.stderr, interval=args.interval, quiet=args.json
     )

@@ -183,6 +183,8 @@ class SyncConfig:
     throttle_seconds: float = DEFAULT_PAGINATOR.throttle_seconds
     retry_on_status: tuple[int, ...] = DEFAULT_PAGINATOR.retry_on_status
     heartbeat_seconds: float = 1.0
+    # Runs one instance executes at once; more wait their turn (due or queued), oldest first.
+    max_concurrent_runs: int = 32
 
     @property
     def paginator(self) -> PaginatorSettings:
@@ -517,6 +519,7 @@ _SCHEMA: dict[str, dict[str, _Key]] = {
         "throttle_seconds": _number_key(0, strict=False, maximum=3600),
         "retry_on_status": _Key(_status_list_check, _status_list_from_text),
         "heartbeat_seconds": _number_key(0, strict=True),
+        "max_concurrent_runs": _int_key(1),
     },
     "daemon": {"instance_id": _NON_EMPTY, "grace_seconds": _number_key(0, strict=False)},
 }

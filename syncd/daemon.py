@@ -219,6 +219,7 @@ class Daemon:
             heartbeat_seconds=cfg.sync.heartbeat_seconds,
             on_change=notify,
             on_push_failed=rebuild,
+            max_runs=cfg.sync.max_concurrent_runs,
         )
         indexers = Indexers(
             self.registry,
@@ -246,7 +247,7 @@ class Daemon:
         )
         self.scheduler = Scheduler(
             store=self.store,
-            start_run=self.engine.start,
+            engine=self.engine,
             owner=self.owner,
             tick_seconds=cfg.scheduler.tick_seconds,
             stale_lock_seconds=cfg.scheduler.stale_lock_seconds,
@@ -263,6 +264,7 @@ class Daemon:
             metrics=self.metrics,
             defaults=cfg.sync.paginator,
             owner=self.owner,
+            wake=self.scheduler.wake,
         )
         self.events = EventHub(
             store=self.store,
@@ -432,9 +434,14 @@ class Daemon:
         return await self.scheduler.tick()
 
     def apply_settings(self, config: Config) -> None:
-        """Apply the settings a reload may change without a restart (scheduler timing)."""
+        """Apply the settings a reload may change without a restart (scheduler timing, the
+        run slots: more slots are filled at once, fewer let running runs finish)."""
         self.scheduler.tick_seconds = config.scheduler.tick_seconds
         self.scheduler.stale_lock_seconds = config.scheduler.stale_lock_seconds
+        grown = config.sync.max_concurrent_runs > self.engine.max_runs
+        self.engine.max_runs = config.sync.max_concurrent_runs
+        if grown:
+            self.scheduler.wake()
 
     # --- the embedding API: the connector operations -----------------------------------
 
@@ -464,8 +471,9 @@ class Daemon:
         """Mark ``deleting`` and delete in the background (idempotent while deleting)."""
         await self.service.delete_connector(connector_id)
 
-    async def trigger_sync(self, connector_id: str) -> str:
-        """Start a manual sync; returns its run id (``Conflict`` per DESIGN.md §3)."""
+    async def trigger_sync(self, connector_id: str) -> str | None:
+        """Start a manual sync; returns its run id, or ``None`` when no run slot was free
+        and the trigger is queued (``Conflict`` per DESIGN.md §3)."""
         return await self.service.trigger_sync(connector_id)
 
     async def abort_sync(self, connector_id: str) -> str | None:

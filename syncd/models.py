@@ -32,10 +32,12 @@ class ConnectorStatus(StrEnum):
 
 
 class SyncStatus(StrEnum):
-    """Whether a sync run is executing now."""
+    """Whether a sync run is executing now (``running``), or a manual trigger waits for an
+    instance with a free run slot (``queued``, see ``[sync] max_concurrent_runs``)."""
 
     IDLE = "idle"
     RUNNING = "running"
+    QUEUED = "queued"
 
 
 class RunTrigger(StrEnum):
@@ -157,6 +159,9 @@ class Connector:
     sync_heartbeat_at: datetime | None = None
     progress: Progress = field(default_factory=Progress)
     waiting: Waiting | None = None
+    # When a manual trigger found no free run slot and was stored instead (``sync_status =
+    # queued``); any instance with a free slot starts it, earliest first.
+    sync_queued_at: datetime | None = None
     # Deletions (DESIGN.md §11): whether a completed full crawl deletes the documents it did
     # not see, the largest share of live documents it may delete without holding them, the
     # cron of full crawls of an incremental source, and the deletions held by the guard.

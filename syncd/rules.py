@@ -52,6 +52,7 @@ from syncd.models import (
 MSG_DELETING = "Connector is being deleted"
 MSG_PAUSED = "Connector is paused"
 MSG_RUNNING = "Sync already in progress"
+MSG_QUEUED = "Sync already queued"
 MSG_NOT_RUNNING = "No sync in progress"
 MSG_DELETE_RUNNING = "Cannot delete connector while sync is running"
 MSG_NO_DELETIONS_HELD = "No deletions held"
@@ -145,7 +146,13 @@ def _with_status(c: Connector, status: ConnectorStatus, **changes: Any) -> Conne
 
 def _idle(c: Connector, now: datetime, **changes: Any) -> Connector:
     return replace(
-        c, sync_status=SyncStatus.IDLE, run_id=None, waiting=None, updated_at=now, **changes
+        c,
+        sync_status=SyncStatus.IDLE,
+        run_id=None,
+        waiting=None,
+        sync_queued_at=None,
+        updated_at=now,
+        **changes,
     )
 
 
@@ -183,6 +190,8 @@ def check_trigger(c: Connector) -> None:
         raise Conflict(MSG_PAUSED)
     if c.sync_status is SyncStatus.RUNNING:
         raise Conflict(MSG_RUNNING, run_id=c.run_id)
+    if c.sync_status is SyncStatus.QUEUED:
+        raise Conflict(MSG_QUEUED)
 
 
 def _claim(
@@ -203,6 +212,7 @@ def _claim(
         sync_heartbeat_at=now,
         progress=Progress(),
         waiting=None,
+        sync_queued_at=None,
         updated_at=now,
         **changes,
     )
@@ -213,6 +223,52 @@ def trigger(c: Connector, *, run_id: str, owner: str | None, now: datetime) -> T
     """Manual trigger: ``idle → running`` for an ``active`` or ``error`` connector."""
     check_trigger(c)
     return _claim(c, run_id=run_id, owner=owner, now=now, trigger=RunTrigger.MANUAL)
+
+
+def enqueue(c: Connector, *, now: datetime) -> Transition:
+    """Manual trigger with no free run slot in this instance: ``idle → queued``, the request
+    stored with its time (``sync_queued_at``) so that any instance with a free slot starts it
+    (:func:`admit`), earliest first. Conflicts as :func:`trigger`, and ``Sync already queued``.
+    """
+    check_trigger(c)
+    return Transition(replace(c, sync_status=SyncStatus.QUEUED, sync_queued_at=now, updated_at=now))
+
+
+class NotQueued(SyncdError):
+    """The connector is no longer queued (its run started, or the request was dropped)."""
+
+
+def drop_queued(c: Connector, *, now: datetime) -> Transition:
+    """Abort of a queued trigger: ``queued → idle``; no run was created, so none ends.
+    :class:`NotQueued` when the connector is not queued (any more)."""
+    if c.sync_status is not SyncStatus.QUEUED:
+        raise NotQueued("not queued")
+    return Transition(_idle(c, now))
+
+
+def admit(
+    c: Connector,
+    *,
+    run_id: str,
+    owner: str | None,
+    now: datetime,
+    stale_before: datetime,
+) -> Transition:
+    """What a tick does with a connector it found due or queued (and has a run slot for).
+
+    A queued trigger starts (trigger ``manual``); if the schedule is due too, the same run
+    serves it and ``next_run_at`` advances. Anything else is :func:`scheduled`.
+    """
+    if c.sync_status is SyncStatus.QUEUED:
+        if c.status not in (ConnectorStatus.ACTIVE, ConnectorStatus.ERROR):
+            raise NotDue(str(c.status))
+        nxt = c.next_run_at
+        if nxt is not None and nxt <= now:
+            nxt = next_run_at(c, now)
+        return _claim(
+            c, run_id=run_id, owner=owner, now=now, trigger=RunTrigger.MANUAL, next_run_at=nxt
+        )
+    return scheduled(c, run_id=run_id, owner=owner, now=now, stale_before=stale_before)
 
 
 def scheduled(
@@ -238,10 +294,11 @@ def scheduled(
     nxt = next_run_at(c, now)
     if c.status in (ConnectorStatus.PAUSED, ConnectorStatus.DELETING):
         raise NotDue(str(c.status))
-    if c.sync_status is SyncStatus.IDLE:
-        return _claim(
-            c, run_id=run_id, owner=owner, now=now, trigger=RunTrigger.SCHEDULE, next_run_at=nxt
-        )
+    if c.sync_status is not SyncStatus.RUNNING:
+        # A queued manual trigger is served by the same run (stale locks concern runs only).
+        queued = c.sync_status is SyncStatus.QUEUED
+        trigger = RunTrigger.MANUAL if queued else RunTrigger.SCHEDULE
+        return _claim(c, run_id=run_id, owner=owner, now=now, trigger=trigger, next_run_at=nxt)
     if c.sync_started_at is not None and c.sync_started_at >= stale_before:
         return Transition(replace(c, next_run_at=nxt, updated_at=now))
     return stale_takeover(c, run_id=run_id, owner=owner, now=now, next_run_at=nxt)
@@ -473,6 +530,8 @@ def patch(c: Connector, changes: Mapping[str, Any], *, now: datetime) -> Transit
         if status not in (ConnectorStatus.ACTIVE, ConnectorStatus.PAUSED):
             raise ValueError(f"status cannot be set to {status}")
         updated = _with_status(updated, status)
+        if status is ConnectorStatus.PAUSED and c.sync_status is SyncStatus.QUEUED:
+            updated = _idle(updated, now)  # a pause drops a queued trigger
     reschedule = (
         "sync_schedule" in changes
         or "sync_timezone" in changes
@@ -492,7 +551,11 @@ def begin_delete(c: Connector, *, now: datetime) -> Transition:
         raise Conflict(MSG_DELETE_RUNNING)
     if c.status is ConnectorStatus.DELETING:
         return Transition(c)
-    return Transition(_with_status(c, ConnectorStatus.DELETING, next_run_at=None, updated_at=now))
+    # A queued trigger is dropped with the connector.
+    gone = _idle(c, now) if c.sync_status is SyncStatus.QUEUED else c
+    return Transition(
+        _with_status(gone, ConnectorStatus.DELETING, next_run_at=None, updated_at=now)
+    )
 
 
 # --- crawled documents: which ones a page writes and enqueues (DESIGN.md §4, §7) ---------

@@ -13,7 +13,7 @@ import asyncio
 import base64
 import binascii
 import contextlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -38,6 +38,7 @@ from syncd.models import (
     Run,
     RunOutcome,
     RunTrigger,
+    SyncStatus,
     document_inputs,
     new_id,
     utcnow,
@@ -53,6 +54,7 @@ log = structlog.get_logger("syncd.service")
 #: Control messages between instances.
 MSG_ABORT = "abort"
 MSG_CANCEL_INDEXING = "cancel_indexing"
+MSG_WAKE = "wake"  # a manual trigger was queued: an instance with a free slot may start it
 DELETED_ERROR = "Connector deleted"
 
 _EMPTY_CURSOR = "~"
@@ -99,6 +101,7 @@ class ConnectorService:
         metrics: Metrics,
         defaults: PaginatorSettings,
         owner: str,
+        wake: Callable[[], None] | None = None,
     ) -> None:
         self._store = store
         self._queue = queue
@@ -111,6 +114,7 @@ class ConnectorService:
         self._metrics = metrics
         self._defaults = defaults
         self._owner = owner
+        self._wake = wake
 
     @property
     def registry(self) -> Registry:
@@ -207,24 +211,44 @@ class ConnectorService:
 
     # --- syncs --------------------------------------------------------------------------
 
-    async def trigger_sync(self, connector_id: str) -> str:
-        """Start a manual sync; returns its run id (``Conflict`` per DESIGN.md §3)."""
+    async def trigger_sync(self, connector_id: str) -> str | None:
+        """Start a manual sync; returns its run id (``Conflict`` per DESIGN.md §3).
+
+        Without a free run slot in this instance (``[sync] max_concurrent_runs``) the
+        request is stored instead (``sync_status = queued``) and ``None`` is returned: the
+        first instance with a free slot starts it, in age order with the due schedules.
+        """
         # Shielded: a caller cancelled after the claim committed must not leave the
         # connector `running` with no task; the claim and the start happen together.
         return await asyncio.shield(self._trigger(connector_id))
 
-    async def _trigger(self, connector_id: str) -> str:
+    async def _trigger(self, connector_id: str) -> str | None:
         run_id = new_id()
         now = utcnow()
-        _, after = await self._store.mutate_connector(
-            connector_id,
-            lambda c: rules.trigger(c, run_id=run_id, owner=self._owner, now=now),
-        )
+        # The slot is reserved before the claim is awaited: concurrent triggers never
+        # overcommit, and a failed claim gives it back.
+        if not self._engine.reserve():
+            await self._store.mutate_connector(connector_id, lambda c: rules.enqueue(c, now=now))
+            log.info("service.sync_queued", connector_id=connector_id)
+            await self._changes.notify(connector_id)
+            if self._wake is not None:
+                self._wake()  # this instance notes the waiting work; the others may start it
+            await self.broadcast({"type": MSG_WAKE, "connector_id": connector_id})
+            return None
+        try:
+            _, after = await self._store.mutate_connector(
+                connector_id,
+                lambda c: rules.trigger(c, run_id=run_id, owner=self._owner, now=now),
+            )
+        except BaseException:
+            self._engine.release()
+            raise
         self._engine.start(after, RunTrigger.MANUAL)
         return run_id
 
     async def abort_sync(self, connector_id: str) -> str | None:
-        """Abort the running sync wherever it runs; returns the aborted run id.
+        """Abort the running sync wherever it runs; returns the aborted run id (``None``
+        for a queued trigger, which is dropped: the connector returns to idle).
 
         Decided in the store: one transaction sets `idle` (clearing the run id, which fences
         the run's later writes) and fails its pending and running documents with `Aborted`,
@@ -233,6 +257,17 @@ class ConnectorService:
         instance; the queue entries are purged (later, if the queue does not answer).
         """
         now = utcnow()
+        if (await self.get_connector(connector_id)).sync_status is SyncStatus.QUEUED:
+            try:
+                # No run was created: the request is dropped, nothing else to stop.
+                await self._store.mutate_connector(
+                    connector_id, lambda c: rules.drop_queued(c, now=now)
+                )
+            except rules.NotQueued:
+                pass  # it started meanwhile: abort the run below
+            else:
+                await self._changes.notify(connector_id)
+                return None
         before, _ = await self._store.mutate_connector(
             connector_id, lambda c: rules.abort(c, now=now), fail_documents=ABORTED_ERROR
         )
@@ -269,6 +304,8 @@ class ConnectorService:
         """Apply a control message from any instance (this one included)."""
         kind = message.get("type")
         cid = message.get("connector_id", "")
+        if kind == MSG_WAKE and self._wake is not None:
+            self._wake()
         if kind == MSG_ABORT:
             self._engine.abort_local(cid, message.get("run_id") or None)
         if kind in (MSG_ABORT, MSG_CANCEL_INDEXING):

@@ -156,10 +156,14 @@ SCHEMAS: dict[str, Any] = {
             "id": {"type": "string"},
             "name": {"type": "string"},
             "status": {"enum": _CONNECTOR_STATUS},
-            "sync_status": {"enum": ["idle", "running"]},
+            "sync_status": {"enum": ["idle", "running", "queued"]},
             "last_error": _STR_OR_NULL,
             "run_id": _STR_OR_NULL,
             "sync_started_at": _TIME,
+            "sync_queued_at": {
+                **_TIME,
+                "description": "When a manual trigger found no free run slot and queued.",
+            },
             "last_synced_at": _TIME,
             "sync_schedule": _STR_OR_NULL,
             "sync_timezone": _STR_OR_NULL,
@@ -255,14 +259,14 @@ SCHEMAS: dict[str, Any] = {
     "SyncStarted": _object(
         {
             "connector_id": {"type": "string"},
-            "run_id": {"type": "string"},
-            "sync_status": {"const": "running"},
+            "run_id": _STR_OR_NULL,
+            "sync_status": {"enum": ["running", "queued"]},
         }
     ),
     "AbortRequested": _object(
         {
             "connector_id": {"type": "string"},
-            "run_id": {"type": "string"},
+            "run_id": _STR_OR_NULL,
             "status": {"const": "abort_requested"},
         }
     ),

@@ -28,7 +28,7 @@ from syncd.api.params import (
 from syncd.errors import NotFound, ValidationError
 from syncd.events import MAX_FILTER_IDS, EventHub
 from syncd.metrics import Metrics
-from syncd.models import Connector, ConnectorStatus, DocStatus
+from syncd.models import Connector, ConnectorStatus, DocStatus, SyncStatus
 from syncd.service import Preview
 from syncd.spec import text_problem
 from syncd.tasks import cancel_and_wait
@@ -110,8 +110,10 @@ async def trigger_sync(request: web.Request) -> web.Response:
     """``POST /connectors/{id}/sync``."""
     connector_id = path_id(request)
     run_id = await service_of(request).trigger_sync(connector_id)
+    # No run id: no run slot was free, the trigger waits (queued) for one.
+    status = SyncStatus.RUNNING if run_id is not None else SyncStatus.QUEUED
     return web.json_response(
-        {"connector_id": connector_id, "run_id": run_id, "sync_status": "running"}, status=202
+        {"connector_id": connector_id, "run_id": run_id, "sync_status": status.value}, status=202
     )
 
 
@@ -386,11 +388,15 @@ ROUTES: tuple[Route, ...] = (
         trigger_sync,
         "Start a sync run",
         {
-            202: Reply("Run started", "SyncStarted"),
+            202: Reply(
+                "Run started (sync_status running), or queued until a run slot frees "
+                "(sync_status queued, run_id null)",
+                "SyncStarted",
+            ),
             404: _NOT_FOUND,
             409: Reply(
                 "Connector is being deleted / Connector is paused / "
-                "Sync already in progress (with the running run_id)",
+                "Sync already in progress (with the running run_id) / Sync already queued",
                 "Conflict",
             ),
         },
@@ -402,7 +408,9 @@ ROUTES: tuple[Route, ...] = (
         abort_sync,
         "Abort the running sync",
         {
-            202: Reply("Abort requested", "AbortRequested"),
+            202: Reply(
+                "Abort requested (run_id null: a queued trigger was dropped)", "AbortRequested"
+            ),
             404: _NOT_FOUND,
             409: Reply("No sync in progress", "Conflict"),
         },

@@ -38,6 +38,7 @@ def connector_json(connector: Connector, counts: Mapping[DocStatus, int]) -> dic
         "last_error": c.last_error,
         "run_id": c.run_id,
         "sync_started_at": timestamp(c.sync_started_at),
+        "sync_queued_at": timestamp(c.sync_queued_at),
         "last_synced_at": timestamp(c.last_synced_at),
         "sync_schedule": c.sync_schedule,
         "sync_timezone": c.sync_timezone,

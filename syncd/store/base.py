@@ -125,6 +125,27 @@ class Store(Protocol):
         """Connectors with ``next_run_at <= now`` whose status is ``active`` or ``error``,
         earliest first. Served by an index on ``next_run_at``, not a scan."""
 
+    async def count_admissible(self, now: datetime, *, limit: int) -> int:
+        """How many connectors a tick could act on at ``now``, at most ``limit``: those due
+        (``next_run_at <= now``, status ``active`` or ``error``) and those queued
+        (``sync_queued_at`` set). Served by indexes: cheap when nothing is due."""
+
+    async def claim_due(
+        self, now: datetime, change: Change, *, limit: int
+    ) -> list[tuple[Connector, Connector]]:
+        """The scheduler's bulk claim, one transaction: lock up to ``limit`` of the
+        connectors :meth:`count_admissible` counts, oldest first (age: the earlier of a due
+        ``next_run_at`` and ``sync_queued_at``; then id), skipping rows another transaction
+        holds (so that instances claiming at once share the work and never wait for each
+        other); apply ``change`` to each; write every result (connector, run start, run
+        ends as :meth:`mutate_connector` does) together.
+
+        ``change`` may change only the run, the schedule and the queued trigger
+        (:data:`~syncd.store.codec.CLAIM_COLUMNS`; ``ValueError`` otherwise, nothing
+        written); a row for which it raises :class:`~syncd.rules.NotDue` is left as it is.
+        Returns ``(before, after)`` for every row locked, in age order (``after is before``
+        when nothing was written)."""
+
     # --- run writes, fenced by run id ----------------------------------------------
 
     async def commit_page(

@@ -43,6 +43,7 @@ from syncd.models import (
 )
 
 __all__ = [
+    "CLAIM_COLUMNS",
     "CONNECTOR_COLUMNS",
     "DOCUMENT_COLUMNS",
     "RUN_COLUMNS",
@@ -165,8 +166,26 @@ CONNECTOR_COLUMNS: tuple[str, ...] = (
     "next_full_crawl_at",
     "hash_fields",
     "secret_state",
+    "sync_queued_at",
 )
 """Every column of the connectors table, in the order :func:`connector_to_row` yields them."""
+
+CLAIM_COLUMNS: tuple[str, ...] = (
+    "sync_status",
+    "run_id",
+    "sync_started_at",
+    "sync_owner",
+    "sync_heartbeat_at",
+    "progress_pages",
+    "progress_documents",
+    "waiting_reason",
+    "waiting_until",
+    "next_run_at",
+    "sync_queued_at",
+    "updated_at",
+)
+"""What a scheduler claim (``Store.claim_due``) may change: the run, the schedule and the
+queued trigger. The bulk claim writes only these columns."""
 
 
 def connector_to_row(
@@ -211,6 +230,7 @@ def connector_to_row(
         "next_full_crawl_at": dt(c.next_full_crawl_at),
         "hash_fields": None if c.hash_fields is None else js(list(c.hash_fields)),
         "secret_state": js(dict(c.secret_state)),
+        "sync_queued_at": dt(c.sync_queued_at),
     }
 
 
@@ -266,6 +286,7 @@ def connector_from_row(
         next_full_crawl_at=dt(row["next_full_crawl_at"]),
         hash_fields=_hash_fields(row["hash_fields"], js),
         secret_state=js(row["secret_state"]),
+        sync_queued_at=dt(row["sync_queued_at"]),
     )
 
 

@@ -33,6 +33,7 @@ from syncd.models import (
 from syncd.store import codec
 from syncd.store import postgres_sql as sql
 from syncd.store.base import Change, InstanceBeat, PruneChange
+from syncd.store.claims import plan_claims
 from syncd.store.postgres_conn import PostgresDatabase, PostgresTransaction, Record
 
 __all__ = ["PostgresStore"]
@@ -198,6 +199,50 @@ class PostgresStore:
         range scan on ``next_run_at``)."""
         rows = await self._db.fetch_all(sql.DUE_CONNECTORS, now, limit)
         return [_connector(row) for row in rows]
+
+    async def count_admissible(self, now: datetime, *, limit: int) -> int:
+        """Connectors due or queued at ``now``, at most ``limit``."""
+        return int(await self._db.fetch_value(sql.COUNT_ADMISSIBLE, now, limit) or 0)
+
+    async def claim_due(
+        self, now: datetime, change: Change, *, limit: int
+    ) -> list[tuple[Connector, Connector]]:
+        """The bulk claim in one transaction (see :meth:`syncd.store.Store.claim_due`):
+        ``FOR UPDATE SKIP LOCKED`` rows, the rule applied in Python, then one statement
+        each for the connectors, the new runs and the ended runs."""
+        if limit <= 0:
+            return []
+        async with self._db.transaction("claim due connectors") as tx:
+            rows = await tx.fetch_all(sql.LOCK_ADMISSIBLE, now, limit)
+            plan = plan_claims([_connector(r) for r in rows], change)
+            if plan.written:
+                values = [
+                    codec.connector_to_row(c, dt=codec.identity, js=codec.identity)
+                    for c in plan.written
+                ]
+                await tx.execute(
+                    sql.CLAIM_CONNECTORS,
+                    [c.id for c in plan.written],
+                    *([v[col] for v in values] for col in codec.CLAIM_COLUMNS),
+                )
+            if plan.starts:
+                await tx.execute(
+                    sql.INSERT_RUNS,
+                    [s.id for s in plan.starts],
+                    [s.connector_id for s in plan.starts],
+                    [s.trigger.value for s in plan.starts],
+                    [s.started_at for s in plan.starts],
+                    [s.owner for s in plan.starts],
+                )
+            if plan.ends:
+                await tx.execute(
+                    sql.END_RUNS,
+                    [e.id for e in plan.ends],
+                    [e.outcome.value for e in plan.ends],
+                    [e.finished_at for e in plan.ends],
+                    [e.error for e in plan.ends],
+                )
+        return plan.results
 
     # --- run writes, fenced by run id ---------------------------------------------------
 

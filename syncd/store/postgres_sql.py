@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from syncd.store.codec import CONNECTOR_COLUMNS, DOCUMENT_COLUMNS, RUN_COLUMNS
+from syncd.store.codec import CLAIM_COLUMNS, CONNECTOR_COLUMNS, DOCUMENT_COLUMNS, RUN_COLUMNS
 
 MIGRATION_LOCK_KEY: Final = 0x73796E6364_01
 """Key of the transaction-level advisory lock held while migrations are applied."""
@@ -186,6 +186,17 @@ CREATE INDEX instances_heartbeat_at_idx ON instances (heartbeat_at);
         # What a source keeps across runs and restarts (a rotated OAuth2 refresh token).
         "ALTER TABLE connectors ADD COLUMN secret_state jsonb NOT NULL DEFAULT '{}';",
     ),
+    (
+        7,
+        # Admission control: a manual trigger that found no free run slot is stored (queued)
+        # with its time; a partial index finds the queued ones in that order.
+        """
+ALTER TABLE connectors ADD COLUMN sync_queued_at timestamptz;
+
+CREATE INDEX connectors_sync_queued_at_idx ON connectors (sync_queued_at, id)
+    WHERE sync_queued_at IS NOT NULL;
+""",
+    ),
 )
 
 # --- connectors -------------------------------------------------------------------------
@@ -223,6 +234,63 @@ SELECT {_CONNECTOR_COLUMNS} FROM connectors
 WHERE next_run_at <= $1 AND status IN ('active', 'error')
 ORDER BY next_run_at, id
 LIMIT $2"""
+
+# What a tick may act on: due schedules and queued triggers (each side served by its index).
+_ADMISSIBLE: Final = """
+(next_run_at <= $1 AND status IN ('active', 'error')) OR sync_queued_at IS NOT NULL"""
+
+COUNT_ADMISSIBLE: Final = f"""
+SELECT count(*) FROM (SELECT 1 FROM connectors WHERE {_ADMISSIBLE} LIMIT $2) AS due"""
+
+# Oldest first: the age is the earlier of a due next_run_at and sync_queued_at. SKIP LOCKED:
+# several instances share the due work, none waits for another's claim; the LIMIT counts
+# only the rows this transaction locked.
+LOCK_ADMISSIBLE: Final = f"""
+SELECT {_CONNECTOR_COLUMNS} FROM connectors
+WHERE {_ADMISSIBLE}
+ORDER BY least(CASE WHEN next_run_at <= $1 AND status IN ('active', 'error')
+                    THEN next_run_at END, sync_queued_at), id
+LIMIT $2
+FOR UPDATE SKIP LOCKED"""
+
+CLAIM_COLUMN_TYPES: Final = {
+    "sync_status": "text",
+    "run_id": "text",
+    "sync_started_at": "timestamptz",
+    "sync_owner": "text",
+    "sync_heartbeat_at": "timestamptz",
+    "progress_pages": "bigint",
+    "progress_documents": "bigint",
+    "waiting_reason": "text",
+    "waiting_until": "timestamptz",
+    "next_run_at": "timestamptz",
+    "sync_queued_at": "timestamptz",
+    "updated_at": "timestamptz",
+}
+
+# One statement for every claim of a tick; parameters: one array per column (id first, then
+# CLAIM_COLUMNS in order).
+CLAIM_CONNECTORS: Final = (
+    "UPDATE connectors AS c SET "
+    + ", ".join(f"{col} = u.{col}" for col in CLAIM_COLUMNS)
+    + " FROM unnest($1::text[], "
+    + ", ".join(f"${i}::{CLAIM_COLUMN_TYPES[col]}[]" for i, col in enumerate(CLAIM_COLUMNS, 2))
+    + ") AS u (id, "
+    + ", ".join(CLAIM_COLUMNS)
+    + ") WHERE c.id = u.id"
+)
+
+INSERT_RUNS: Final = """
+INSERT INTO runs (id, connector_id, trigger, outcome, started_at, owner)
+SELECT id, connector_id, trigger, 'running', started_at, owner
+FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[], $5::text[])
+    AS u (id, connector_id, trigger, started_at, owner)"""
+
+END_RUNS: Final = """
+UPDATE runs AS r SET outcome = u.outcome, finished_at = u.finished_at, error = u.error
+FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::text[])
+    AS u (id, outcome, finished_at, error)
+WHERE r.id = u.id AND r.outcome = 'running'"""
 
 DELETE_CONNECTOR_DOCUMENTS: Final = "DELETE FROM documents WHERE connector_id = $1"
 DELETE_CONNECTOR: Final = "DELETE FROM connectors WHERE id = $1"  # runs go by cascade

@@ -36,7 +36,9 @@ from syncd.models import (
 from syncd.rules import ExistingDocument, plan_page
 from syncd.store import sqlite_sql as sql
 from syncd.store.base import Change, InstanceBeat, PruneChange
+from syncd.store.claims import plan_claims
 from syncd.store.codec import (
+    CLAIM_COLUMNS,
     connector_from_row,
     connector_to_row,
     decode_dt,
@@ -239,6 +241,41 @@ class SQLiteStore:
         earliest first."""
         rows = await self._db.fetch_all(sql.DUE_CONNECTORS, encode_dt(now), limit)
         return [connector_from_row(r) for r in rows]
+
+    async def count_admissible(self, now: datetime, *, limit: int) -> int:
+        """Connectors due or queued at ``now``, at most ``limit``."""
+        found = await self._db.fetch_value(sql.COUNT_ADMISSIBLE, now=encode_dt(now), limit=limit)
+        return int(found or 0)
+
+    async def claim_due(
+        self, now: datetime, change: Change, *, limit: int
+    ) -> list[tuple[Connector, Connector]]:
+        """The bulk claim in one ``BEGIN IMMEDIATE`` transaction (see
+        :meth:`syncd.store.Store.claim_due`): the write lock makes it exclusive."""
+        if limit <= 0:
+            return []
+        async with self._db.transaction() as tx:
+            rows = await tx.fetch_all(sql.ADMISSIBLE_CONNECTORS, now=encode_dt(now), limit=limit)
+            plan = plan_claims([connector_from_row(r) for r in rows], change)
+            if plan.written:
+                await tx.executemany(
+                    sql.CLAIM_CONNECTOR,
+                    [_claim_values(c) for c in plan.written],
+                )
+            if plan.starts:
+                await tx.executemany(
+                    sql.INSERT_RUN,
+                    [
+                        (s.id, s.connector_id, s.trigger.value, encode_dt(s.started_at), s.owner)
+                        for s in plan.starts
+                    ],
+                )
+            if plan.ends:
+                await tx.executemany(
+                    sql.END_RUN,
+                    [(e.outcome.value, encode_dt(e.finished_at), e.error, e.id) for e in plan.ends],
+                )
+        return plan.results
 
     # --- run writes, fenced by run id ---------------------------------------------------
 
@@ -556,3 +593,9 @@ class SQLiteStore:
         """Delete the instance's heartbeat row."""
         async with self._db.transaction() as tx:
             await tx.execute(sql.REMOVE_INSTANCE, owner)
+
+
+def _claim_values(c: Connector) -> tuple[Any, ...]:
+    """Parameters of ``sql.CLAIM_CONNECTOR``: the claim columns, then the id."""
+    row = connector_to_row(c)
+    return (*(row[col] for col in CLAIM_COLUMNS), c.id)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from syncd.store.codec import CONNECTOR_COLUMNS, DOCUMENT_COLUMNS, RUN_COLUMNS
+from syncd.store.codec import CLAIM_COLUMNS, CONNECTOR_COLUMNS, DOCUMENT_COLUMNS, RUN_COLUMNS
 
 
 @dataclass(frozen=True)
@@ -156,6 +156,16 @@ MIGRATIONS: tuple[Migration, ...] = (
     ),
     # What a source keeps across runs and restarts (a rotated OAuth2 refresh token).
     Migration(6, ("ALTER TABLE connectors ADD COLUMN secret_state TEXT NOT NULL DEFAULT '{}'",)),
+    # Admission control: a manual trigger that found no free run slot is stored (queued) with
+    # its time; a partial index finds the queued ones in that order.
+    Migration(
+        7,
+        (
+            "ALTER TABLE connectors ADD COLUMN sync_queued_at TEXT",
+            "CREATE INDEX connectors_sync_queued_at ON connectors (sync_queued_at, id) "
+            "WHERE sync_queued_at IS NOT NULL",
+        ),
+    ),
 )
 
 # --- setup ------------------------------------------------------------------------------
@@ -202,6 +212,24 @@ GET_CONNECTOR = f"{_CONNECTOR_SELECT} WHERE id = ?"
 DUE_CONNECTORS = (
     f"{_CONNECTOR_SELECT} WHERE next_run_at <= ? AND status IN ('active', 'error') "
     "ORDER BY next_run_at, id LIMIT ?"
+)
+# What a tick may act on: due schedules and queued triggers, each served by its index. Its
+# age is the earlier of a due next_run_at and sync_queued_at: the order of admission.
+_ADMISSIBLE = (
+    "SELECT id, next_run_at AS age FROM connectors "
+    "WHERE next_run_at <= :now AND status IN ('active', 'error') "
+    "UNION ALL "
+    "SELECT id, sync_queued_at AS age FROM connectors WHERE sync_queued_at IS NOT NULL"
+)
+COUNT_ADMISSIBLE = f"SELECT count(*) FROM (SELECT DISTINCT id FROM ({_ADMISSIBLE}) LIMIT :limit)"
+ADMISSIBLE_CONNECTORS = (
+    f"SELECT {', '.join('c.' + col for col in CONNECTOR_COLUMNS)} FROM connectors AS c "
+    f"JOIN (SELECT id, min(age) AS age FROM ({_ADMISSIBLE}) GROUP BY id) AS a ON a.id = c.id "
+    "ORDER BY a.age, c.id LIMIT :limit"
+)
+# Parameters: the values of CLAIM_COLUMNS in order, then the id.
+CLAIM_CONNECTOR = (
+    "UPDATE connectors SET " + ", ".join(f"{col} = ?" for col in CLAIM_COLUMNS) + " WHERE id = ?"
 )
 DELETE_CONNECTOR_DOCUMENTS = "DELETE FROM documents WHERE connector_id = ?"
 DELETE_CONNECTOR_RUNS = "DELETE FROM runs WHERE connector_id = ?"

@@ -18,7 +18,7 @@
   const FAILED_LIMIT = 50;
   const DOC_STATUSES = ["pending", "running", "indexed", "failed"];
   const RUNTIME_KEYS = new Set([
-    "id", "name", "status", "sync_status", "last_error", "run_id", "sync_started_at",
+    "id", "name", "status", "sync_status", "last_error", "run_id", "sync_started_at", "sync_queued_at",
     "last_synced_at", "next_run_at", "created_at", "updated_at", "progress", "waiting",
     "sync_owner", "sync_heartbeat_at", "documents",
   ]);
@@ -509,6 +509,7 @@
   }
 
   function syncLabel(c) {
+    if (c.sync_status === "queued") return ["queued", "queued"];
     if (c.sync_status !== "running") return ["idle", "idle"];
     if (c.waiting) return ["waiting", `waiting: ${c.waiting.reason}`];
     return ["running", "running"];
@@ -612,13 +613,14 @@
     $("c-body").hidden = !c;
     if (!c) return;
     const running = c.sync_status === "running";
+    const queued = c.sync_status === "queued";
     const paused = c.status === "paused";
     const deleting = c.status === "deleting";
     setText($("c-name"), c.name);
     setBadge($("c-status"), c.status);
     setBadge($("c-sync"), ...syncLabel(c));
-    $("act-sync").disabled = running || paused || deleting;
-    $("act-abort").disabled = !running;
+    $("act-sync").disabled = running || queued || paused || deleting;
+    $("act-abort").disabled = !running && !queued;
     setText($("act-pause"), paused ? "Resume" : "Pause");
     $("act-pause").disabled = deleting;
     setText($("act-retry"), `Retry failed (${c.documents.failed || 0})`);
@@ -764,7 +766,8 @@
   const post = (c, path) => api(`connectors/${enc(c.id)}/${path}`, { method: "POST" });
 
   $("act-sync").addEventListener("click", (ev) => act(ev.currentTarget, async (c) => {
-    await post(c, "sync");
+    const reply = await post(c, "sync");
+    if (reply.sync_status === "queued") return `Sync of ${c.name} queued (no free run slot)`;
     return `Sync of ${c.name} started`;
   }));
   $("act-abort").addEventListener("click", (ev) => act(ev.currentTarget, async (c) => {
