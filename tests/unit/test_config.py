@@ -230,6 +230,9 @@ BAD_VALUES: list[tuple[str, str, Any, str]] = [
     ("sync", "retry_on_status", 503, "expected a list of HTTP status codes 400-599, got 503"),
     ("sync", "retry_on_status", [True], "expected a list of HTTP status codes 400-599"),
     ("sync", "heartbeat_seconds", 0, "expected a number > 0, got 0"),
+    ("sync", "max_concurrent_runs", 0, "expected an integer ≥ 1, got 0"),
+    ("sync", "max_concurrent_runs", 1.5, "expected an integer ≥ 1, got 1.5"),
+    ("sync", "max_concurrent_runs", True, "expected an integer ≥ 1, got True"),
     ("daemon", "instance_id", "  ", "expected a non-empty string, got '  '"),
     ("daemon", "grace_seconds", -1, "expected a number ≥ 0, got -1"),
 ]
@@ -343,6 +346,7 @@ def test_every_key_but_the_http_timeouts_has_an_environment_override() -> None:
             "throttle_seconds",
             "retry_on_status",
             "heartbeat_seconds",
+            "max_concurrent_runs",
         ],
         "daemon": ["instance_id", "grace_seconds"],
         "http": ["block_private_addresses"],
@@ -352,6 +356,14 @@ def test_every_key_but_the_http_timeouts_has_an_environment_override() -> None:
             var = env_var(section, key)
             error = config_error({}, {var: "x" if key == "retry_on_status" else " "})
             assert error.key == var, var
+
+
+def test_max_concurrent_runs_defaults_to_32_and_is_read_from_file_and_environment() -> None:
+    assert Config().sync.max_concurrent_runs == 32
+    config = Config.from_mapping({"sync": {"max_concurrent_runs": 1}}, environ={})
+    assert config.sync.max_concurrent_runs == 1
+    environ = {"SYNCD_SYNC_MAX_CONCURRENT_RUNS": "500"}
+    assert Config.from_mapping({}, environ=environ).sync.max_concurrent_runs == 500
 
 
 def test_http_timeouts_are_not_read_from_the_environment() -> None:
