@@ -41,6 +41,7 @@ CONNECTOR_KEYS = {
     "last_error",
     "run_id",
     "sync_started_at",
+    "sync_queued_at",
     "last_synced_at",
     "sync_schedule",
     "sync_timezone",
