@@ -28,6 +28,11 @@ from syncd.sync import SyncEngine
 
 log = structlog.get_logger("syncd.scheduler")
 
+CLAIM_BATCH = 500
+"""Connectors claimed per transaction: a tick with thousands to start claims them in a few
+short transactions (starting each batch's runs before the next), so that no transaction holds
+the store — SQLite's one writer — for seconds."""
+
 
 class Scheduler:
     """Fires due schedules, starts queued triggers and takes over stale locks."""
@@ -123,8 +128,8 @@ class Scheduler:
             )
 
         # Rows whose run is young only get their schedule advanced and take no slot: claim
-        # again until the slots are used or nothing is left.
-        while (limit := reserved - len(started)) > 0:
+        # again (in batches) until the slots are used or nothing is left.
+        while (limit := min(reserved - len(started), CLAIM_BATCH)) > 0:
             rows = await self._store.claim_due(now, change, limit=limit)
             written = 0
             for before, after in rows:

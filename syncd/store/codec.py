@@ -48,6 +48,7 @@ __all__ = [
     "DOCUMENT_COLUMNS",
     "RUN_COLUMNS",
     "Row",
+    "claim_values",
     "connector_from_row",
     "connector_to_row",
     "decode_dt",
@@ -186,6 +187,26 @@ CLAIM_COLUMNS: tuple[str, ...] = (
 )
 """What a scheduler claim (``Store.claim_due``) may change: the run, the schedule and the
 queued trigger. The bulk claim writes only these columns."""
+
+
+def claim_values(c: Connector, *, dt: Encoder = encode_dt) -> tuple[Any, ...]:
+    """The connector's :data:`CLAIM_COLUMNS` values, in order (what a bulk claim writes;
+    no JSON encoded)."""
+    waiting = c.waiting
+    return (
+        c.sync_status.value,
+        c.run_id,
+        dt(c.sync_started_at),
+        c.sync_owner,
+        dt(c.sync_heartbeat_at),
+        c.progress.pages,
+        c.progress.documents,
+        waiting.reason.value if waiting else None,
+        dt(waiting.until) if waiting else None,
+        dt(c.next_run_at),
+        dt(c.sync_queued_at),
+        dt(c.updated_at),
+    )
 
 
 def connector_to_row(

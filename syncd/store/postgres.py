@@ -216,14 +216,11 @@ class PostgresStore:
             rows = await tx.fetch_all(sql.LOCK_ADMISSIBLE, now, limit)
             plan = plan_claims([_connector(r) for r in rows], change)
             if plan.written:
-                values = [
-                    codec.connector_to_row(c, dt=codec.identity, js=codec.identity)
-                    for c in plan.written
-                ]
+                values = [codec.claim_values(c, dt=codec.identity) for c in plan.written]
                 await tx.execute(
                     sql.CLAIM_CONNECTORS,
                     [c.id for c in plan.written],
-                    *([v[col] for v in values] for col in codec.CLAIM_COLUMNS),
+                    *(list(column) for column in zip(*values, strict=True)),
                 )
             if plan.starts:
                 await tx.execute(

@@ -38,7 +38,7 @@ from syncd.store import sqlite_sql as sql
 from syncd.store.base import Change, InstanceBeat, PruneChange
 from syncd.store.claims import plan_claims
 from syncd.store.codec import (
-    CLAIM_COLUMNS,
+    claim_values,
     connector_from_row,
     connector_to_row,
     decode_dt,
@@ -597,5 +597,4 @@ class SQLiteStore:
 
 def _claim_values(c: Connector) -> tuple[Any, ...]:
     """Parameters of ``sql.CLAIM_CONNECTOR``: the claim columns, then the id."""
-    row = connector_to_row(c)
-    return (*(row[col] for col in CLAIM_COLUMNS), c.id)
+    return (*claim_values(c), c.id)

@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
+from syncd import scheduler as scheduler_module
 from syncd.daemon import Daemon
 from syncd.errors import Conflict
 from syncd.models import (
@@ -87,6 +88,30 @@ async def test_tick_starts_the_free_slots_earliest_first_and_freed_slots_refill(
         assert await runs_of(d, c.id) == [(RunTrigger.SCHEDULE, RunOutcome.SUCCEEDED)]
     starts = [await first_started_at(d, c.id) for c in made]
     assert max(starts[0], starts[2]) <= min(starts[1], starts[3])
+
+
+async def test_a_tick_claims_in_batches_and_young_runs_take_no_slot(
+    make_any_daemon: DaemonFactory, source: SourceServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(scheduler_module, "CLAIM_BATCH", 2)
+    d = make_any_daemon(**slots(4))
+    await d.start()
+    source.hang_on(None)
+    now = utcnow()
+    busy = await add(d, source, "busy", sync_schedule="*/5 * * * *")
+    assert await d.trigger_sync(busy.id) is not None
+    await make_due(d, busy.id, now - timedelta(hours=9))  # the oldest due, but running
+    made = [await add(d, source, f"c{i}", sync_schedule="*/5 * * * *") for i in range(5)]
+    for i, c in enumerate(made):
+        await make_due(d, c.id, now - timedelta(hours=5 - i))
+    started = await d.tick()
+    assert len(started) == 3  # the free slots, over several batches
+    assert sorted(d.running_syncs) == sorted([busy.id, *(c.id for c in made[:3])])
+    advanced = await d.get_connector(busy.id)
+    assert advanced.next_run_at is not None and advanced.next_run_at > now
+    source.release()
+    for c in made:
+        await synced(d, c.id)
 
 
 async def test_queued_trigger_waits_for_a_slot_and_then_runs(

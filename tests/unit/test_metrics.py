@@ -89,7 +89,7 @@ def test_a_fresh_registry_starts_every_known_series_at_zero() -> None:
     assert only(samples, "syncd_connectors") == {
         labels(status=s, sync_status=y): 0.0
         for s in ("active", "paused", "error", "deleting")
-        for y in ("idle", "running")
+        for y in ("idle", "running", "queued")
     }
     assert only(samples, "syncd_queue_depth") == {NO_LABELS: 0.0}
     assert only(samples, "syncd_syncs_running") == {NO_LABELS: 0.0}
@@ -349,7 +349,7 @@ def test_connector_counts_fill_missing_pairs_with_zero() -> None:
     connectors = only(scrape(metrics), "syncd_connectors")
     assert connectors[labels(status="active", sync_status="running")] == 3.0
     assert connectors[labels(status="error", sync_status="idle")] == 0.0
-    assert sum(connectors.values()) == 3.0 and len(connectors) == 8
+    assert sum(connectors.values()) == 3.0 and len(connectors) == 12
 
 
 # --- refresh from a real store ------------------------------------------------------------
