@@ -30,8 +30,8 @@ log = structlog.get_logger("syncd.scheduler")
 
 CLAIM_BATCH = 500
 """Connectors claimed per transaction: a tick with thousands to start claims them in a few
-short transactions (starting each batch's runs before the next), so that no transaction holds
-the store — SQLite's one writer — for seconds."""
+short transactions, so that no transaction holds the store (SQLite's one writer) for seconds
+and other writes interleave."""
 
 
 class Scheduler:
@@ -112,14 +112,21 @@ class Scheduler:
         if admissible == 0 or free == 0:
             return []
         reserved = self._engine.reserve(min(admissible, free))
-        started: list[str] = []
+        claimed: list[tuple[Connector, RunTrigger]] = []
         try:
-            await self._claim(now, reserved, started)
+            await self._claim(now, reserved, claimed)
         finally:
-            self._engine.release(reserved - len(started), notify=False)
-        return started
+            # The runs start once every batch is claimed: on SQLite's one connection, runs
+            # started earlier would queue their writes ahead of the next batch's claim. Also
+            # when the tick is cancelled: a claimed run never stays without its task.
+            for after, trigger in claimed:
+                self._engine.start(after, trigger)
+            self._engine.release(reserved - len(claimed), notify=False)
+        return [after.run_id for after, _ in claimed if after.run_id is not None]
 
-    async def _claim(self, now: datetime, reserved: int, started: list[str]) -> None:
+    async def _claim(
+        self, now: datetime, reserved: int, claimed: list[tuple[Connector, RunTrigger]]
+    ) -> None:
         stale_before = now - timedelta(seconds=self.stale_lock_seconds)
 
         def change(c: Connector) -> Transition:
@@ -129,7 +136,7 @@ class Scheduler:
 
         # Rows whose run is young only get their schedule advanced and take no slot: claim
         # again (in batches) until the slots are used or nothing is left.
-        while (limit := min(reserved - len(started), CLAIM_BATCH)) > 0:
+        while (limit := min(reserved - len(claimed), CLAIM_BATCH)) > 0:
             rows = await self._store.claim_due(now, change, limit=limit)
             written = 0
             for before, after in rows:
@@ -152,9 +159,7 @@ class Scheduler:
                         stale_run_id=before.run_id,
                         owner=before.sync_owner,
                     )
-                assert after.run_id is not None
-                self._engine.start(after, trigger)
-                started.append(after.run_id)
+                claimed.append((after, trigger))
             if len(rows) < limit or written == 0:
                 return
 
