@@ -259,6 +259,10 @@ class PostgresStore:
             )
             if fenced is None:
                 raise Fenced(f"run {run_id} is not the current run of connector {connector_id}")
+            # A tombstone for an id the page also holds as a record is not a deletion.
+            doomed = sorted(set(deletions) - set(latest))
+            if doomed and ids:
+                await tx.execute(sql.LOCK_PAGE_DOCUMENTS, connector_id, sorted({*ids, *doomed}))
             enqueued: list[str] = []
             if ids:
                 # The upsert's WHERE is rules.must_write, fed with the rule's own values.
@@ -279,9 +283,7 @@ class PostgresStore:
                 if crawl is not None and crawl.full:
                     await tx.execute(sql.SEEN_PAGE, connector_id, crawl.id, ids)
             gone: list[str] = []
-            if deletions:
-                # A tombstone for an id the page also holds as a record is not a deletion.
-                doomed = sorted(set(deletions) - set(latest))
+            if doomed:
                 target = DocStatus.DELETED if delete_now else DocStatus.PENDING
                 rows = await tx.fetch_all(sql.DELETE_IDS, connector_id, target.value, now, doomed)
                 gone = sorted(row[0] for row in rows)

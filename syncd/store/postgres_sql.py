@@ -388,6 +388,16 @@ WHERE d.content_hash <> excluded.content_hash
    OR d.status = 'deleted' OR d.op = 'delete'
 RETURNING d.external_id"""
 
+# A page with tombstones writes documents in two statements (the upsert, then the deletions):
+# each locks its rows in id order, but together they would not, and a worker finishing
+# documents of both sets could deadlock with the commit. So such a page first locks every
+# stored document it names, in id order. Parameters: connector id, external ids.
+LOCK_PAGE_DOCUMENTS: Final = """
+SELECT 1 FROM documents
+WHERE connector_id = $1 AND external_id = ANY($2::text[])
+ORDER BY external_id
+FOR UPDATE"""
+
 # What a full crawl saw: the page's external ids, one row per page.
 SEEN_PAGE: Final = "INSERT INTO crawl_pages (connector_id, crawl_id, ids) VALUES ($1, $2, $3)"
 
