@@ -7,7 +7,10 @@
 Times, on one connector: ``commit_page`` of new documents (inserts), of the same ids with
 changed content (the upsert's update path), claim + finish in batches (``pending → running
 → indexed``), a count read (``document_counts``) and ``delete_connector``. Each phase is the
-median of ``--repeat`` runs on a fresh store. Run it on two commits to compare.
+median of ``--repeat`` runs on a fresh store. Run it on two commits to compare. Besides the
+wall time, each phase reports the CPU time that did the store's work, which other processes
+on a busy machine disturb much less: this process's (SQLite runs on its thread) or, on
+PostgreSQL, the server backend's (the store gets a pool of one connection).
 """
 
 from __future__ import annotations
@@ -74,7 +77,8 @@ async def fresh_store(backend: str) -> AsyncIterator[Store]:
     admin = await asyncpg.connect(DSN)
     await admin.execute(f'CREATE DATABASE "{name}"')
     await admin.close()
-    store = PostgresStore(urlunsplit(urlsplit(DSN)._replace(path="/" + name)))
+    dsn = urlunsplit(urlsplit(DSN)._replace(path="/" + name))
+    store = PostgresStore(dsn, min_size=1, max_size=1)
     await store.open()
     try:
         yield store
@@ -106,18 +110,51 @@ async def start(store: Store) -> tuple[str, str]:
     return c.id, run_id
 
 
-async def once(backend: str, pages: int, size: int, batch: int) -> dict[str, float]:
-    """One pass of every phase on a fresh store; seconds per phase."""
-    out: dict[str, float] = {}
+class Clock:
+    """Wall and CPU seconds of the phases: this process's CPU, or a PostgreSQL backend's."""
+
+    def __init__(self, backend_pid: int | None) -> None:
+        self._pid = backend_pid
+        self.phases: dict[str, tuple[float, float]] = {}
+        self._start = (0.0, 0.0)
+
+    def _cpu(self) -> float:
+        if self._pid is None:
+            return time.process_time()
+        fields = Path(f"/proc/{self._pid}/stat").read_text().rpartition(")")[2].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def start(self) -> None:
+        self._start = (time.perf_counter(), self._cpu())
+
+    def stop(self, phase: str) -> None:
+        wall, cpu = self._start
+        self.phases[phase] = (time.perf_counter() - wall, self._cpu() - cpu)
+
+
+async def backend_pid(store: Store) -> int | None:
+    """The server process behind a PostgreSQL store's one connection (``None`` for SQLite)."""
+    from syncd.store.postgres import PostgresStore
+
+    if not isinstance(store, PostgresStore):
+        return None
+    async with store._db.acquire() as conn:
+        pid: int = await conn.fetchval("SELECT pg_backend_pid()")
+    return pid
+
+
+async def once(backend: str, pages: int, size: int, batch: int) -> dict[str, tuple[float, float]]:
+    """One pass of every phase on a fresh store; (wall, CPU) seconds per phase."""
     async with fresh_store(backend) as store:
+        clock = Clock(await backend_pid(store))
         cid, run_id = await start(store)
         commit = {"next_cursor": None, "source_state": {}, "now": NOW}
-        t = time.perf_counter()
+        clock.start()
         for p in range(pages):
             await store.commit_page(cid, run_id, page(p * size, size, 1), **commit)
-        out["commit new"] = time.perf_counter() - t
+        clock.stop("commit new")
         ids = [f"doc-{i:08d}" for i in range(pages * size)]
-        t = time.perf_counter()
+        clock.start()
         for i in range(0, len(ids), batch):
             chunk = ids[i : i + batch]
             token = new_id()
@@ -127,19 +164,19 @@ async def once(backend: str, pages: int, size: int, batch: int) -> dict[str, flo
             )
             results = [(e, DocStatus.INDEXED, None) for e in chunk]
             await store.finish_documents(cid, token, results, now=NOW)
-        out["claim+finish"] = time.perf_counter() - t
-        t = time.perf_counter()
+        clock.stop("claim+finish")
+        clock.start()
         for p in range(pages):
             await store.commit_page(cid, run_id, page(p * size, size, 2), **commit)
-        out["commit changed"] = time.perf_counter() - t
-        t = time.perf_counter()
+        clock.stop("commit changed")
+        clock.start()
         for _ in range(100):
             await store.document_counts(cid)
-        out["100 count reads"] = time.perf_counter() - t
-        t = time.perf_counter()
+        clock.stop("100 count reads")
+        clock.start()
         await store.delete_connector(cid)
-        out["delete connector"] = time.perf_counter() - t
-    return out
+        clock.stop("delete connector")
+    return clock.phases
 
 
 async def main() -> None:
@@ -157,8 +194,12 @@ async def main() -> None:
         f"{args.backend}: {args.pages} pages of {args.page_size}, batches of {args.batch}, "
         f"median of {args.repeat}; load average {os.getloadavg()[0]:.2f}"
     )
+    cpu = "server backend CPU" if args.backend == "postgres" else "process CPU"
+    print(f"  {'phase':18} {'wall ms':>9} {cpu + ' ms':>22}")
     for phase in runs[0]:
-        print(f"  {phase:18} {statistics.median(r[phase] for r in runs) * 1000:9.1f} ms")
+        wall = statistics.median(r[phase][0] for r in runs) * 1000
+        spent = statistics.median(r[phase][1] for r in runs) * 1000
+        print(f"  {phase:18} {wall:9.1f} {spent:22.1f}")
 
 
 if __name__ == "__main__":
