@@ -312,8 +312,8 @@ class EventHub:
             if len(self._runs_sent) > _RUNS_REMEMBERED:
                 self._runs_sent.popitem(last=False)
             self._send(EVENT_RUN, cid, _dumps(self._render_run(run)))
-        connector = await self._store.get_connector(cid)
-        if connector is None:
+        found = await self._store.get_connector_with_counts(cid)
+        if found is None:
             self._last_sent.pop(cid, None)
             if cid not in self._deleted:
                 self._deleted[cid] = None
@@ -321,7 +321,7 @@ class EventHub:
                     self._deleted.popitem(last=False)
                 self._send(EVENT_DELETED, cid, _dumps({"id": cid}))
             return
-        data = await self._connector_data(connector)
+        data = self._connector_data(*found)
         digest = hash(data)
         if self._last_sent.get(cid) != digest:
             self._last_sent[cid] = digest
@@ -330,8 +330,7 @@ class EventHub:
                 self._last_sent.popitem(last=False)
             self._send(EVENT_CONNECTOR, cid, data)
 
-    async def _connector_data(self, connector: Connector) -> str:
-        counts = await self._store.document_counts(connector.id)
+    def _connector_data(self, connector: Connector, counts: dict[DocStatus, int]) -> str:
         return _dumps(self._render_connector(connector, counts))
 
     def _send(self, kind: str, cid: str, data: str) -> None:
@@ -414,14 +413,12 @@ class EventHub:
     async def _snapshot(self, ids: frozenset[str] | None) -> list[Event]:
         """The current state of the connectors (all, up to the limit, or those named)."""
         if ids is None:
-            connectors = await self._store.list_connectors(limit=SNAPSHOT_LIMIT)
+            rows = await self._store.list_connectors_with_counts(limit=SNAPSHOT_LIMIT)
         else:
-            found = [await self._store.get_connector(cid) for cid in sorted(ids)]
-            connectors = [c for c in found if c is not None]
+            found = [await self._store.get_connector_with_counts(cid) for cid in sorted(ids)]
+            rows = [row for row in found if row is not None]
         now = self._id(self._seq)
-        return [
-            Event(now, EVENT_CONNECTOR, c.id, await self._connector_data(c)) for c in connectors
-        ]
+        return [Event(now, EVENT_CONNECTOR, c.id, self._connector_data(c, n)) for c, n in rows]
 
     @property
     def subscribers(self) -> int:

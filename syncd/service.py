@@ -165,6 +165,28 @@ class ConnectorService:
             raise NotFound()
         return c
 
+    async def get_connector_with_counts(
+        self, connector_id: str
+    ) -> tuple[Connector, dict[DocStatus, int]]:
+        """The connector and its document counts (one store read), or ``NotFound``."""
+        found = await self._store.get_connector_with_counts(connector_id)
+        if found is None:
+            raise NotFound()
+        return found
+
+    async def list_connectors_with_counts(
+        self,
+        *,
+        status: ConnectorStatus | None = None,
+        limit: int = 100,
+        cursor: str | None = None,
+    ) -> tuple[list[tuple[Connector, dict[DocStatus, int]]], str | None]:
+        """:meth:`list_connectors` with each connector's document counts (one store read)."""
+        rows = await self._store.list_connectors_with_counts(
+            status=status, limit=limit + 1, after=decode_cursor(cursor)
+        )
+        return _page(rows, limit, lambda row: row[0].id)
+
     async def list_connectors(
         self,
         *,

@@ -79,17 +79,18 @@ async def list_connectors(request: web.Request) -> web.Response:
         cursor_param(request),
     )
     daemon = service_of(request)
-    connectors, next_cursor = await listing(
-        daemon.list_connectors(status=status, limit=limit, cursor=cursor)
+    # The page and every listed connector's counts in one store read.
+    rows, next_cursor = await listing(
+        daemon.list_connectors_with_counts(status=status, limit=limit, cursor=cursor)
     )
-    data = [await _connector_body(request, c) for c in connectors]
+    data = [views.connector_json(c, counts) for c, counts in rows]
     return web.json_response({"data": data, "next_cursor": next_cursor})
 
 
 async def get_connector(request: web.Request) -> web.Response:
     """``GET /connectors/{id}``."""
-    connector = await service_of(request).get_connector(path_id(request))
-    return web.json_response(await _connector_body(request, connector))
+    connector, counts = await service_of(request).get_connector_with_counts(path_id(request))
+    return web.json_response(views.connector_json(connector, counts))
 
 
 async def update_connector(request: web.Request) -> web.Response:

@@ -73,10 +73,22 @@ class Store(Protocol):
     async def get_connector(self, connector_id: str) -> Connector | None:
         """The connector, or ``None``."""
 
+    async def get_connector_with_counts(
+        self, connector_id: str
+    ) -> tuple[Connector, dict[DocStatus, int]] | None:
+        """The connector and its :meth:`document_counts`, read together in one statement
+        (one round trip: what ``GET /connectors/{id}`` shows), or ``None``."""
+
     async def list_connectors(
         self, *, status: ConnectorStatus | None = None, limit: int = 100, after: str | None = None
     ) -> list[Connector]:
         """Connectors ordered by id, ids greater than ``after``, optionally of one status."""
+
+    async def list_connectors_with_counts(
+        self, *, status: ConnectorStatus | None = None, limit: int = 100, after: str | None = None
+    ) -> list[tuple[Connector, dict[DocStatus, int]]]:
+        """:meth:`list_connectors`, each connector with its :meth:`document_counts`, in one
+        statement (not one count per connector)."""
 
     async def mutate_connector(
         self, connector_id: str, change: Change, *, fail_documents: str | None = None
@@ -119,7 +131,8 @@ class Store(Protocol):
         """
 
     async def delete_connector(self, connector_id: str) -> None:
-        """Delete the connector with all its documents and runs (no-op if missing)."""
+        """Delete the connector with all its documents, runs and document counts (no-op if
+        missing)."""
 
     async def due_connectors(self, now: datetime, *, limit: int = 100) -> list[Connector]:
         """Connectors with ``next_run_at <= now`` whose status is ``active`` or ``error``,
@@ -241,7 +254,12 @@ class Store(Protocol):
         """Documents (without payload) ordered by external id, greater than ``after``."""
 
     async def document_counts(self, connector_id: str) -> dict[DocStatus, int]:
-        """Number of documents per status (every status present, zero if none)."""
+        """Number of documents per status (every status present, zero if none).
+
+        Read from counters, never by counting documents: every statement that inserts,
+        deletes or changes the status of documents updates the counts of their connector in
+        its own transaction (database triggers), so they always equal a recount of what is
+        committed."""
 
     async def pending_documents(
         self, *, after: tuple[str, str] | None = None, limit: int = 1000
@@ -314,8 +332,8 @@ class Store(Protocol):
     # --- totals (metrics) -------------------------------------------------------------
 
     async def document_totals(self) -> dict[DocStatus, int]:
-        """Documents of every connector per status, from one aggregate query (every status
-        present, zero if none)."""
+        """Documents of every connector per status, from one aggregate query over the
+        counters of :meth:`document_counts` (every status present, zero if none)."""
 
     async def connector_totals(self) -> dict[tuple[ConnectorStatus, SyncStatus], int]:
         """Connectors per ``(status, sync_status)``, from one aggregate query (every pair

@@ -102,6 +102,13 @@ class PostgresStore:
         row = await self._db.fetch_one(sql.GET_CONNECTOR, connector_id)
         return None if row is None else _connector(row)
 
+    async def get_connector_with_counts(
+        self, connector_id: str
+    ) -> tuple[Connector, dict[DocStatus, int]] | None:
+        """The connector and its document counts (one statement), or ``None``."""
+        row = await self._db.fetch_one(sql.GET_CONNECTOR_COUNTED, connector_id)
+        return None if row is None else (_connector(row), _counts(row["document_counts"]))
+
     async def list_connectors(
         self, *, status: ConnectorStatus | None = None, limit: int = 100, after: str | None = None
     ) -> list[Connector]:
@@ -110,6 +117,15 @@ class PostgresStore:
             sql.LIST_CONNECTORS, None if status is None else status.value, after, limit
         )
         return [_connector(row) for row in rows]
+
+    async def list_connectors_with_counts(
+        self, *, status: ConnectorStatus | None = None, limit: int = 100, after: str | None = None
+    ) -> list[tuple[Connector, dict[DocStatus, int]]]:
+        """:meth:`list_connectors`, each with its document counts (one statement)."""
+        rows = await self._db.fetch_all(
+            sql.LIST_CONNECTORS_COUNTED, None if status is None else status.value, after, limit
+        )
+        return [(_connector(row), _counts(row["document_counts"])) for row in rows]
 
     async def mutate_connector(
         self, connector_id: str, change: Change, *, fail_documents: str | None = None
@@ -191,7 +207,12 @@ class PostgresStore:
     async def delete_connector(self, connector_id: str) -> None:
         """Delete the connector with all its documents and runs (no-op if missing)."""
         async with self._db.transaction("delete connector") as tx:
+            # The connector's row first, like every other writer of it and its documents
+            # (a page commit, a mutation): the same lock order, and no page commit in between.
+            await tx.execute(sql.LOCK_CONNECTOR, connector_id)
             await tx.execute(sql.DELETE_CONNECTOR_DOCUMENTS, connector_id)
+            # After the documents: every delta their writers committed is visible by now.
+            await tx.execute(sql.DELETE_CONNECTOR_COUNTS, connector_id)
             await tx.execute(sql.DELETE_CONNECTOR, connector_id)
 
     async def due_connectors(self, now: datetime, *, limit: int = 100) -> list[Connector]:
@@ -280,6 +301,10 @@ class PostgresStore:
             )
             if fenced is None:
                 raise Fenced(f"run {run_id} is not the current run of connector {connector_id}")
+            # A tombstone for an id the page also holds as a record is not a deletion.
+            doomed = sorted(set(deletions) - set(latest))
+            if doomed and ids:
+                await tx.execute(sql.LOCK_PAGE_DOCUMENTS, connector_id, sorted({*ids, *doomed}))
             enqueued: list[str] = []
             if ids:
                 # The upsert's WHERE is rules.must_write, fed with the rule's own values.
@@ -300,9 +325,7 @@ class PostgresStore:
                 if crawl is not None and crawl.full:
                     await tx.execute(sql.SEEN_PAGE, connector_id, crawl.id, ids)
             gone: list[str] = []
-            if deletions:
-                # A tombstone for an id the page also holds as a record is not a deletion.
-                doomed = sorted(set(deletions) - set(latest))
+            if doomed:
                 target = DocStatus.DELETED if delete_now else DocStatus.PENDING
                 rows = await tx.fetch_all(sql.DELETE_IDS, connector_id, target.value, now, doomed)
                 gone = sorted(row[0] for row in rows)
@@ -381,12 +404,10 @@ class PostgresStore:
         return [_document(row) for row in rows]
 
     async def document_counts(self, connector_id: str) -> dict[DocStatus, int]:
-        """Number of documents per status (every status present)."""
+        """Number of documents per status (every status present), summed from the count
+        deltas the documents' triggers append, not counted from the documents."""
         rows = await self._db.fetch_all(sql.DOCUMENT_COUNTS, connector_id)
-        counts = dict.fromkeys(DocStatus, 0)
-        for row in rows:
-            counts[DocStatus(row["status"])] = row["n"]
-        return counts
+        return _counts({row["status"]: row["n"] for row in rows})
 
     async def pending_documents(
         self, *, after: tuple[str, str] | None = None, limit: int = 1000
@@ -493,11 +514,10 @@ class PostgresStore:
         return await self._db.execute(sql.PURGE_DELETED, before)
 
     async def document_totals(self) -> dict[DocStatus, int]:
-        """Documents of every connector per status (every status present)."""
-        counts = dict.fromkeys(DocStatus, 0)
-        for row in await self._db.fetch_all(sql.DOCUMENT_TOTALS):
-            counts[DocStatus(row["status"])] = row["n"]
-        return counts
+        """Documents of every connector per status (every status present), summed from the
+        count deltas."""
+        rows = await self._db.fetch_all(sql.DOCUMENT_TOTALS)
+        return _counts({row["status"]: row["n"] for row in rows})
 
     async def connector_totals(self) -> dict[tuple[ConnectorStatus, SyncStatus], int]:
         """Connectors per ``(status, sync_status)`` (every pair present)."""
@@ -568,6 +588,11 @@ def _connector_args(c: Connector) -> list[Any]:
     """Parameters of ``sql.INSERT_CONNECTOR``: asyncpg takes native datetimes and, through
     the jsonb codec, Python values."""
     return list(codec.connector_to_row(c, dt=codec.identity, js=codec.identity).values())
+
+
+def _counts(found: Mapping[str, Any]) -> dict[DocStatus, int]:
+    """Every status's count from sums by status value (zero if absent)."""
+    return {s: int(found.get(s.value, 0)) for s in DocStatus}
 
 
 def _connector(row: Record) -> Connector:

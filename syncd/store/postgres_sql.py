@@ -27,6 +27,12 @@ LOCK_MIGRATIONS: Final = "SELECT pg_advisory_xact_lock($1)"
 CURRENT_VERSION: Final = f"SELECT coalesce(max(version), 0) FROM {SCHEMA_VERSION_TABLE}"
 RECORD_VERSION: Final = f"INSERT INTO {SCHEMA_VERSION_TABLE} (version) VALUES ($1)"
 
+COUNT_DELTAS_KEPT: Final = 32
+"""Delta rows of one connector above which a write folds them (see migration 8)."""
+
+COUNT_LOCK_CLASS: Final = 0x73796E63
+"""First key of the advisory try-lock of one connector's fold (the second is its id's hash)."""
+
 # Versioned migrations, applied in order, each exactly once. Never edit a released one:
 # append a new version instead.
 MIGRATIONS: Final[tuple[tuple[int, str], ...]] = (
@@ -197,6 +203,102 @@ CREATE INDEX connectors_sync_queued_at_idx ON connectors (sync_queued_at, id)
     WHERE sync_queued_at IS NOT NULL;
 """,
     ),
+    (
+        8,
+        # Document counts per connector and status, so that a read of a connector never
+        # counts its documents. Page commits, claims and finishes of one connector run
+        # concurrently: a counter row per (connector, status) updated in place would be a
+        # hot row that serialises them (and a lock that statements of one transaction take
+        # in different orders). So every statement that writes documents appends its net
+        # change per (connector, status) to an append-only table (a statement-level trigger
+        # per event, over its transition tables); readers sum it. Writers never update or
+        # lock a delta row, so they never wait on each other for counts. When a statement
+        # finds more than COUNT_DELTAS_KEPT rows for a connector it touched, it folds them
+        # into one per status (under a try-lock of that connector: one folder at a time,
+        # nobody waits). The migration counts the documents already stored, after creating
+        # the triggers (which lock the table against writers until it commits).
+        # The counts are derived from the documents alone: whatever an older copy of the
+        # table or function held is replaced.
+        f"""
+DROP TABLE IF EXISTS document_count_deltas;
+
+CREATE TABLE document_count_deltas (
+    connector_id text COLLATE "C" NOT NULL,
+    status       text NOT NULL,
+    delta        bigint NOT NULL
+);
+
+CREATE INDEX document_count_deltas_connector_idx ON document_count_deltas (connector_id);
+
+CREATE OR REPLACE FUNCTION syncd_count_documents() RETURNS trigger LANGUAGE plpgsql AS $fn$
+DECLARE
+    touched text[];
+    c text;
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        WITH d AS (
+            INSERT INTO document_count_deltas (connector_id, status, delta)
+            SELECT connector_id, status, count(*) FROM new_rows GROUP BY connector_id, status
+            RETURNING connector_id
+        )
+        SELECT array_agg(DISTINCT connector_id) INTO touched FROM d;
+    ELSIF TG_OP = 'DELETE' THEN
+        WITH d AS (
+            INSERT INTO document_count_deltas (connector_id, status, delta)
+            SELECT connector_id, status, -count(*) FROM old_rows GROUP BY connector_id, status
+            RETURNING connector_id
+        )
+        SELECT array_agg(DISTINCT connector_id) INTO touched FROM d;
+    ELSE
+        -- Only the statuses that changed count (a lease extension writes nothing here).
+        WITH d AS (
+            INSERT INTO document_count_deltas (connector_id, status, delta)
+            SELECT connector_id, status, sum(delta) FROM (
+                SELECT connector_id, status, 1::bigint AS delta FROM new_rows
+                UNION ALL
+                SELECT connector_id, status, -1::bigint FROM old_rows
+            ) AS t
+            GROUP BY connector_id, status
+            HAVING sum(delta) <> 0
+            RETURNING connector_id
+        )
+        SELECT array_agg(DISTINCT connector_id) INTO touched FROM d;
+    END IF;
+    FOREACH c IN ARRAY coalesce(touched, '{{}}') LOOP
+        IF (SELECT count(*) FROM (
+                SELECT 1 FROM document_count_deltas WHERE connector_id = c
+                LIMIT {COUNT_DELTAS_KEPT + 1}
+            ) AS kept) > {COUNT_DELTAS_KEPT}
+           AND pg_try_advisory_xact_lock({COUNT_LOCK_CLASS}, hashtext(c)) THEN
+            -- Exactly the rows deleted are summed: a delta committed meanwhile stays.
+            WITH gone AS (
+                DELETE FROM document_count_deltas WHERE connector_id = c
+                RETURNING status, delta
+            )
+            INSERT INTO document_count_deltas (connector_id, status, delta)
+            SELECT c, status, sum(delta) FROM gone GROUP BY status HAVING sum(delta) <> 0;
+        END IF;
+    END LOOP;
+    RETURN NULL;
+END
+$fn$;
+
+CREATE TRIGGER documents_counted_insert AFTER INSERT ON documents
+    REFERENCING NEW TABLE AS new_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION syncd_count_documents();
+
+CREATE TRIGGER documents_counted_update AFTER UPDATE ON documents
+    REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION syncd_count_documents();
+
+CREATE TRIGGER documents_counted_delete AFTER DELETE ON documents
+    REFERENCING OLD TABLE AS old_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION syncd_count_documents();
+
+INSERT INTO document_count_deltas (connector_id, status, delta)
+SELECT connector_id, status, count(*) FROM documents GROUP BY connector_id, status;
+""",
+    ),
 )
 
 # --- connectors -------------------------------------------------------------------------
@@ -225,6 +327,26 @@ LOCK_CONNECTOR: Final = f"SELECT {_CONNECTOR_COLUMNS} FROM connectors WHERE id =
 
 LIST_CONNECTORS: Final = f"""
 SELECT {_CONNECTOR_COLUMNS} FROM connectors
+WHERE ($1::text IS NULL OR status = $1) AND ($2::text IS NULL OR id > $2)
+ORDER BY id
+LIMIT $3"""
+
+# A connector's counts as one jsonb object (``{}`` without documents), summed from the deltas
+# (migration 8): one statement answers a connector with its counts.
+_COUNTS_OBJECT: Final = """
+    coalesce((
+        SELECT jsonb_object_agg(k.status, k.n) FROM (
+            SELECT status, sum(delta)::bigint AS n FROM document_count_deltas
+            WHERE connector_id = connectors.id GROUP BY status
+        ) AS k
+    ), '{}') AS document_counts"""
+
+GET_CONNECTOR_COUNTED: Final = (
+    f"SELECT {_CONNECTOR_COLUMNS}, {_COUNTS_OBJECT} FROM connectors WHERE id = $1"
+)
+
+LIST_CONNECTORS_COUNTED: Final = f"""
+SELECT {_CONNECTOR_COLUMNS}, {_COUNTS_OBJECT} FROM connectors
 WHERE ($1::text IS NULL OR status = $1) AND ($2::text IS NULL OR id > $2)
 ORDER BY id
 LIMIT $3"""
@@ -293,6 +415,7 @@ FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::text[])
 WHERE r.id = u.id AND r.outcome = 'running'"""
 
 DELETE_CONNECTOR_DOCUMENTS: Final = "DELETE FROM documents WHERE connector_id = $1"
+DELETE_CONNECTOR_COUNTS: Final = "DELETE FROM document_count_deltas WHERE connector_id = $1"
 DELETE_CONNECTOR: Final = "DELETE FROM connectors WHERE id = $1"  # runs go by cascade
 
 # --- run writes, fenced by run id ---------------------------------------------------------
@@ -331,6 +454,16 @@ WHERE d.content_hash <> excluded.content_hash
    OR (d.status = $8 AND d.error = $6)
    OR d.status = 'deleted' OR d.op = 'delete'
 RETURNING d.external_id"""
+
+# A page with tombstones writes documents in two statements (the upsert, then the deletions):
+# each locks its rows in id order, but together they would not, and a worker finishing
+# documents of both sets could deadlock with the commit. So such a page first locks every
+# stored document it names, in id order. Parameters: connector id, external ids.
+LOCK_PAGE_DOCUMENTS: Final = """
+SELECT 1 FROM documents
+WHERE connector_id = $1 AND external_id = ANY($2::text[])
+ORDER BY external_id
+FOR UPDATE"""
 
 # What a full crawl saw: the page's external ids, one row per page.
 SEEN_PAGE: Final = "INSERT INTO crawl_pages (connector_id, crawl_id, ids) VALUES ($1, $2, $3)"
@@ -485,8 +618,10 @@ SELECT {_DOCUMENT_COLUMNS} FROM documents
 WHERE connector_id = $1 AND status = $3 AND external_id > $4
 ORDER BY external_id LIMIT $2"""
 
+# The counters (migration 8), never the documents themselves.
 DOCUMENT_COUNTS: Final = """
-SELECT status, count(*) AS n FROM documents WHERE connector_id = $1 GROUP BY status"""
+SELECT status, sum(delta)::bigint AS n FROM document_count_deltas WHERE connector_id = $1
+GROUP BY status"""
 
 PENDING_DOCUMENTS: Final = """
 SELECT connector_id, external_id FROM documents
@@ -596,7 +731,8 @@ RETURNING d.external_id"""
 PING: Final = "SELECT 1"
 
 # Metrics (syncd/metrics.py): whole-store totals, one aggregate query each.
-DOCUMENT_TOTALS: Final = "SELECT status, count(*) AS n FROM documents GROUP BY status"
+DOCUMENT_TOTALS: Final = """
+SELECT status, sum(delta)::bigint AS n FROM document_count_deltas GROUP BY status"""
 
 CONNECTOR_TOTALS: Final = """
 SELECT status, sync_status, count(*) AS n FROM connectors GROUP BY status, sync_status"""

@@ -112,19 +112,40 @@ class SQLiteStore:
         row = await self._db.fetch_one(sql.GET_CONNECTOR, connector_id)
         return None if row is None else connector_from_row(row)
 
+    async def get_connector_with_counts(
+        self, connector_id: str
+    ) -> tuple[Connector, dict[DocStatus, int]] | None:
+        """The connector and its document counts (one statement), or ``None``."""
+        row = await self._db.fetch_one(sql.GET_CONNECTOR_COUNTED, connector_id)
+        return None if row is None else (connector_from_row(row), _counts(row))
+
     async def list_connectors(
         self, *, status: ConnectorStatus | None = None, limit: int = 100, after: str | None = None
     ) -> list[Connector]:
         """Connectors ordered by id, ids greater than ``after``, optionally of one status."""
+        rows = await self._list_connectors(status, limit, after, counted=False)
+        return [connector_from_row(r) for r in rows]
+
+    async def list_connectors_with_counts(
+        self, *, status: ConnectorStatus | None = None, limit: int = 100, after: str | None = None
+    ) -> list[tuple[Connector, dict[DocStatus, int]]]:
+        """:meth:`list_connectors`, each with its document counts (one statement)."""
+        rows = await self._list_connectors(status, limit, after, counted=True)
+        return [(connector_from_row(r), _counts(r)) for r in rows]
+
+    async def _list_connectors(
+        self, status: ConnectorStatus | None, limit: int, after: str | None, *, counted: bool
+    ) -> list[Any]:
         params: list[Any] = []
         if status is not None:
             params.append(status.value)
         if after is not None:
             params.append(after)
         params.append(limit)
-        query = sql.list_connectors(by_status=status is not None, after=after is not None)
-        rows = await self._db.fetch_all(query, *params)
-        return [connector_from_row(r) for r in rows]
+        query = sql.list_connectors(
+            by_status=status is not None, after=after is not None, counted=counted
+        )
+        return await self._db.fetch_all(query, *params)
 
     async def mutate_connector(
         self, connector_id: str, change: Change, *, fail_documents: str | None = None
@@ -234,6 +255,8 @@ class SQLiteStore:
         async with self._db.transaction() as tx:
             await tx.execute(sql.DELETE_CONNECTOR_DOCUMENTS, connector_id)
             await tx.execute(sql.DELETE_CONNECTOR_RUNS, connector_id)
+            # After the documents: their triggers count the deletions down first.
+            await tx.execute(sql.DELETE_CONNECTOR_COUNTS, connector_id)
             await tx.execute(sql.DELETE_CONNECTOR, connector_id)
 
     async def due_connectors(self, now: datetime, *, limit: int = 100) -> list[Connector]:
@@ -422,11 +445,11 @@ class SQLiteStore:
         return [document_from_row(r) for r in rows]
 
     async def document_counts(self, connector_id: str) -> dict[DocStatus, int]:
-        """Number of documents per status (every status present, zero if none)."""
-        statuses = dump_json([s.value for s in DocStatus])
-        rows = await self._db.fetch_all(sql.DOCUMENT_COUNTS, connector_id, statuses)
-        counts = {DocStatus(r[0]): int(r[1]) for r in rows}
-        return {s: counts.get(s, 0) for s in DocStatus}
+        """Number of documents per status (every status present, zero if none): the
+        counters the documents' triggers keep, not a count of the documents."""
+        rows = await self._db.fetch_all(sql.DOCUMENT_COUNTS, connector_id)
+        counts = {r[0]: int(r[1]) for r in rows}
+        return {s: counts.get(s.value, 0) for s in DocStatus}
 
     async def pending_documents(
         self, *, after: tuple[str, str] | None = None, limit: int = 1000
@@ -546,10 +569,11 @@ class SQLiteStore:
             return await tx.execute(sql.PURGE_DELETED, encode_dt(before))
 
     async def document_totals(self) -> dict[DocStatus, int]:
-        """Documents of every connector per status (every status present, zero if none)."""
+        """Documents of every connector per status (every status present, zero if none),
+        summed from the counters."""
         rows = await self._db.fetch_all(sql.DOCUMENT_TOTALS)
-        counts = {DocStatus(r[0]): int(r[1]) for r in rows}
-        return {s: counts.get(s, 0) for s in DocStatus}
+        counts = {r[0]: int(r[1]) for r in rows}
+        return {s: counts.get(s.value, 0) for s in DocStatus}
 
     async def connector_totals(self) -> dict[tuple[ConnectorStatus, SyncStatus], int]:
         """Connectors per ``(status, sync_status)`` (every pair present, zero if none)."""
@@ -598,3 +622,9 @@ class SQLiteStore:
 def _claim_values(c: Connector) -> tuple[Any, ...]:
     """Parameters of ``sql.CLAIM_CONNECTOR``: the claim columns, then the id."""
     return (*claim_values(c), c.id)
+
+
+def _counts(row: Any) -> dict[DocStatus, int]:
+    """Every status's count from a row's ``document_counts`` JSON object (zero if absent)."""
+    found = load_json(row["document_counts"]) or {}
+    return {s: int(found.get(s.value, 0)) for s in DocStatus}

@@ -21,6 +21,16 @@ class Migration:
     statements: tuple[str, ...]
 
 
+# The bodies of the document count triggers (migration 8).
+_COUNT_NEW = (
+    "INSERT INTO document_counts (connector_id, status, n) VALUES (new.connector_id, "
+    "new.status, 1) ON CONFLICT (connector_id, status) DO UPDATE SET n = n + 1"
+)
+_UNCOUNT_OLD = (
+    "UPDATE document_counts SET n = n - 1 "
+    "WHERE connector_id = old.connector_id AND status = old.status"
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         1,
@@ -166,6 +176,48 @@ MIGRATIONS: tuple[Migration, ...] = (
             "WHERE sync_queued_at IS NOT NULL",
         ),
     ),
+    # Document counts per connector and status, kept by
+    # triggers in the transaction of every statement that inserts, deletes or changes the
+    # status of a document (one home for the rule, whatever statement writes), so that a
+    # read of a connector never counts its documents. Rows may hold 0; delete_connector
+    # removes its connector's rows. The migration counts the documents already stored.
+    Migration(
+        8,
+        (
+            """
+            CREATE TABLE document_counts (
+                connector_id TEXT NOT NULL,
+                status       TEXT NOT NULL,
+                n            INTEGER NOT NULL,
+                PRIMARY KEY (connector_id, status)
+            ) WITHOUT ROWID
+            """,
+            f"""
+            CREATE TRIGGER documents_counted_insert AFTER INSERT ON documents BEGIN
+                {_COUNT_NEW};
+            END
+            """,
+            f"""
+            CREATE TRIGGER documents_counted_delete AFTER DELETE ON documents BEGIN
+                {_UNCOUNT_OLD};
+            END
+            """,
+            # An upsert that updates fires this one, not the insert trigger. One statement
+            # for both rows: each statement of a trigger costs per document written.
+            """
+            CREATE TRIGGER documents_counted_update AFTER UPDATE OF status ON documents
+            WHEN old.status IS NOT new.status BEGIN
+                INSERT INTO document_counts (connector_id, status, n)
+                VALUES (old.connector_id, old.status, -1), (new.connector_id, new.status, 1)
+                ON CONFLICT (connector_id, status) DO UPDATE SET n = n + excluded.n;
+            END
+            """,
+            """
+            INSERT INTO document_counts (connector_id, status, n)
+            SELECT connector_id, status, count(*) FROM documents GROUP BY connector_id, status
+            """,
+        ),
+    ),
 )
 
 # --- setup ------------------------------------------------------------------------------
@@ -209,6 +261,14 @@ UPDATE_CONNECTOR = (
     + " WHERE id = :id"
 )
 GET_CONNECTOR = f"{_CONNECTOR_SELECT} WHERE id = ?"
+# A connector with its counts as one JSON object (``{}`` without documents): one statement.
+_COUNTS_OBJECT = (
+    "(SELECT json_group_object(k.status, k.n) FROM document_counts AS k "
+    "WHERE k.connector_id = connectors.id) AS document_counts"
+)
+GET_CONNECTOR_COUNTED = (
+    f"SELECT {', '.join(CONNECTOR_COLUMNS)}, {_COUNTS_OBJECT} FROM connectors WHERE id = ?"
+)
 DUE_CONNECTORS = (
     f"{_CONNECTOR_SELECT} WHERE next_run_at <= ? AND status IN ('active', 'error') "
     "ORDER BY next_run_at, id LIMIT ?"
@@ -233,18 +293,21 @@ CLAIM_CONNECTOR = (
 )
 DELETE_CONNECTOR_DOCUMENTS = "DELETE FROM documents WHERE connector_id = ?"
 DELETE_CONNECTOR_RUNS = "DELETE FROM runs WHERE connector_id = ?"
+DELETE_CONNECTOR_COUNTS = "DELETE FROM document_counts WHERE connector_id = ?"
 DELETE_CONNECTOR = "DELETE FROM connectors WHERE id = ?"
 
 
-def list_connectors(*, by_status: bool, after: bool) -> str:
-    """Connectors by id; parameters: ``[status], [after], limit``."""
+def list_connectors(*, by_status: bool, after: bool, counted: bool = False) -> str:
+    """Connectors by id; parameters: ``[status], [after], limit``. ``counted`` adds the
+    ``document_counts`` column (a JSON object, see :data:`GET_CONNECTOR_COUNTED`)."""
     where = []
     if by_status:
         where.append("status = ?")
     if after:
         where.append("id > ?")
     clause = f" WHERE {' AND '.join(where)}" if where else ""
-    return f"{_CONNECTOR_SELECT}{clause} ORDER BY id LIMIT ?"
+    select = f"SELECT {', '.join(CONNECTOR_COLUMNS)}, {_COUNTS_OBJECT} FROM connectors"
+    return f"{select if counted else _CONNECTOR_SELECT}{clause} ORDER BY id LIMIT ?"
 
 
 # --- runs -------------------------------------------------------------------------------
@@ -386,11 +449,8 @@ def list_documents(*, by_status: bool, after: bool) -> str:
     )
 
 
-# One covering-index range count per status, instead of reading every row of the connector.
-DOCUMENT_COUNTS = (
-    "SELECT s.value, (SELECT count(*) FROM documents d "
-    "WHERE d.status = s.value AND d.connector_id = ?) FROM json_each(?) AS s"
-)
+# The counters (migration 8), never the documents themselves.
+DOCUMENT_COUNTS = "SELECT status, n FROM document_counts WHERE connector_id = ?"
 PENDING_DOCUMENTS = (
     "SELECT connector_id, external_id FROM documents WHERE status = 'pending' "
     "ORDER BY connector_id, external_id LIMIT ?"
@@ -437,7 +497,7 @@ REQUEUE_DOCUMENTS_WITH_ERROR = (
 )
 
 # Metrics (syncd/metrics.py): whole-store totals, one aggregate query each.
-DOCUMENT_TOTALS = "SELECT status, count(*) FROM documents GROUP BY status"
+DOCUMENT_TOTALS = "SELECT status, sum(n) FROM document_counts GROUP BY status"
 CONNECTOR_TOTALS = (
     "SELECT status, sync_status, count(*) FROM connectors GROUP BY status, sync_status"
 )
