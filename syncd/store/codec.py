@@ -15,6 +15,7 @@ Which documents of a crawled page are written and enqueued is a rule, not a conv
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
@@ -94,10 +95,17 @@ def decode_dt(value: str | datetime | None) -> datetime | None:
     """Text written by :func:`encode_dt` (or a datetime) as an aware UTC datetime."""
     if value is None:
         return None
-    dt = value if isinstance(value, datetime) else datetime.fromisoformat(value)
-    if dt.tzinfo is None:
-        return dt.replace(tzinfo=UTC)
-    return dt.astimezone(UTC)
+    if isinstance(value, str):
+        return _parse_dt(value)
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_dt(text: str) -> datetime:
+    # Cached: the rows of one claim or listing mostly share their timestamps (a page's
+    # creation time, the claim's time and lease), and datetimes are immutable.
+    dt = datetime.fromisoformat(text)
+    return dt.replace(tzinfo=UTC) if dt.tzinfo is None else dt.astimezone(UTC)
 
 
 # One encoder for every call: ``json.dumps`` with options builds a new encoder each time,
@@ -364,6 +372,11 @@ DOCUMENT_COLUMNS: tuple[str, ...] = (
 """The columns of a document without its payload (listings never read the payload)."""
 
 
+# Enum lookups by value without the enum call's machinery (a claim builds 100s of documents).
+_STATUSES: dict[str, DocStatus] = {s.value: s for s in DocStatus}
+_OPS: dict[str, DocOp] = {o.value: o for o in DocOp}
+
+
 def document_from_row(
     row: Row,
     *,
@@ -379,7 +392,7 @@ def document_from_row(
     return Document(
         connector_id=row["connector_id"],
         external_id=row["external_id"],
-        status=DocStatus(row["status"]),
+        status=_STATUSES[row["status"]],
         content_hash=row["content_hash"],
         created_at=created_at,
         updated_at=updated_at,
@@ -390,5 +403,5 @@ def document_from_row(
         lease_token=row["lease_token"],
         lease_until=dt(row["lease_until"]),
         payload_json=text,
-        op=DocOp(row["op"]),
+        op=_OPS[row["op"]],
     )
