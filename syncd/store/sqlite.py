@@ -439,8 +439,11 @@ class SQLiteStore:
         """Record ``(external_id, indexed|failed, error)`` for documents still running under
         ``lease_token``; how many were written."""
         at = encode_dt(now)
+        # The last result of an id wins, as on PostgreSQL (the first write would clear the
+        # lease and fence out the others).
+        latest = {external_id: (status, error) for external_id, status, error in results}
         params: list[tuple[Any, ...]] = []
-        for external_id, status, error in results:
+        for external_id, (status, error) in latest.items():
             if status not in _FINISHED:
                 raise ValueError(f"a finished document is indexed, failed or deleted, not {status}")
             params.append((status.value, error, at, connector_id, external_id, lease_token))
