@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -378,30 +378,48 @@ _OPS: dict[str, DocOp] = {o.value: o for o in DocOp}
 
 
 def document_from_row(
-    row: Row,
+    row: Iterable[Any],
     *,
     with_payload: bool = False,
     dt: Callable[[Any], datetime | None] = decode_dt,
 ) -> Document:
-    """Build a :class:`Document` from a row holding :data:`DOCUMENT_COLUMNS` (and
-    ``payload``, JSON text, when ``with_payload``: parsed exactly, and kept as text too)."""
-    text: str | None = row["payload"] if with_payload else None
-    created_at = dt(row["created_at"])
-    updated_at = dt(row["updated_at"])
+    """Build a :class:`Document` from a row of :data:`DOCUMENT_COLUMNS` in that order (then
+    ``payload``, JSON text, when ``with_payload``: parsed exactly, and kept as text too).
+
+    Read by position, not by name: a ``sqlite3.Row`` finds a name by comparing it with each
+    column's in turn, which was most of the cost of a claim's rows."""
+    (
+        connector_id,
+        external_id,
+        status,
+        content_hash,
+        created,
+        updated,
+        error,
+        attempts,
+        indexed,
+        lease_token,
+        lease_until,
+        op,
+        *rest,
+    ) = row
+    text: str | None = rest[0] if with_payload else None
+    created_at = dt(created)
+    updated_at = dt(updated)
     assert created_at is not None and updated_at is not None  # NOT NULL columns
     return Document(
-        connector_id=row["connector_id"],
-        external_id=row["external_id"],
-        status=_STATUSES[row["status"]],
-        content_hash=row["content_hash"],
+        connector_id=connector_id,
+        external_id=external_id,
+        status=_STATUSES[status],
+        content_hash=content_hash,
         created_at=created_at,
         updated_at=updated_at,
-        error=row["error"],
-        attempts=int(row["attempts"]),
-        indexed_at=dt(row["indexed_at"]),
+        error=error,
+        attempts=int(attempts),
+        indexed_at=dt(indexed),
         payload=None if text is None else parse_json(text),
-        lease_token=row["lease_token"],
-        lease_until=dt(row["lease_until"]),
+        lease_token=lease_token,
+        lease_until=dt(lease_until),
         payload_json=text,
-        op=_OPS[row["op"]],
+        op=_OPS[op],
     )

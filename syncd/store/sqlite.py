@@ -425,7 +425,8 @@ class SQLiteStore:
                 connector_id,
                 dump_json(list(external_ids)),
             )
-        claimed = {r["external_id"]: document_from_row(r, with_payload=with_payload) for r in rows}
+        documents = (document_from_row(r, with_payload=with_payload) for r in rows)
+        claimed = {d.external_id: d for d in documents}
         return [claimed[e] for e in dict.fromkeys(external_ids) if e in claimed]
 
     async def finish_documents(
