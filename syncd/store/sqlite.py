@@ -443,15 +443,27 @@ class SQLiteStore:
         # The last result of an id wins, as on PostgreSQL (the first write would clear the
         # lease and fence out the others).
         latest = {external_id: (status, error) for external_id, status, error in results}
-        params: list[tuple[Any, ...]] = []
-        for external_id, (status, error) in latest.items():
-            if status not in _FINISHED:
-                raise ValueError(f"a finished document is indexed, failed or deleted, not {status}")
-            params.append((status.value, error, at, connector_id, external_id, lease_token))
+        groups: dict[tuple[DocStatus, str | None], list[str]] = {}
+        for external_id, outcome in latest.items():
+            if outcome[0] not in _FINISHED:
+                raise ValueError(
+                    f"a finished document is indexed, failed or deleted, not {outcome[0]}"
+                )
+            groups.setdefault(outcome, []).append(external_id)
+        params = [
+            (status.value, error, at, connector_id, dump_json(ids), lease_token)
+            for (status, error), ids in groups.items()
+        ]
         if not params:
             return 0
+        if len(params) == 1:
+            # The usual batch (every document indexed): one statement, atomic on its own.
+            return await self._db.execute(sql.FINISH_DOCUMENTS, *params[0])
+        written = 0
         async with self._db.transaction() as tx:
-            return await tx.executemany(sql.FINISH_DOCUMENT, params)
+            for args in params:
+                written += await tx.execute(sql.FINISH_DOCUMENTS, *args)
+        return written
 
     async def extend_leases(self, connector_id: str, lease_token: str, until: datetime) -> int:
         """Push back the lease of documents running under ``lease_token``."""

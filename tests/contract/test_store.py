@@ -1046,11 +1046,19 @@ async def test_finish_documents_batch_in_any_order_last_result_wins(store: Store
     ]
     # A second result for d03: the last one given is the one recorded.
     results.append(("d03", DocStatus.FAILED, "HTTP 500"))
+    results.append(("d05", DocStatus.FAILED, "HTTP 502"))
     assert await store.finish_documents(c.id, "L", results, now=at(1)) == 20
     counts = await store.document_counts(c.id)
-    assert (counts[DocStatus.INDEXED], counts[DocStatus.FAILED]) == (19, 1)
+    assert (counts[DocStatus.INDEXED], counts[DocStatus.FAILED]) == (18, 2)
     d03 = await get_doc(store, c.id, "d03")
     assert (d03.status, d03.error, d03.lease_token) == (DocStatus.FAILED, "HTTP 500", None)
+    d05 = await get_doc(store, c.id, "d05")
+    assert (d05.status, d05.error, d05.indexed_at) == (DocStatus.FAILED, "HTTP 502", None)
+    d00 = await get_doc(store, c.id, "d00")
+    assert (d00.status, d00.error, d00.indexed_at) == (DocStatus.INDEXED, None, at(1))
+    # Nothing is left to finish under the lease.
+    assert await store.finish_documents(c.id, "L", results, now=at(2)) == 0
+    assert await store.finish_documents(c.id, "L", [], now=at(2)) == 0
     # The payload is kept by an index result, exactly.
     d07 = await store.get_document(c.id, "d07")
     assert d07 is not None and d07.payload is not None and d07.payload_json is not None
