@@ -292,7 +292,9 @@ class Store(Protocol):
         """Record ``(external_id, indexed|failed|deleted, error)`` for documents still
         ``running`` under ``lease_token`` (clears the lease; sets ``indexed_at`` when indexed;
         drops the payload when deleted). Returns how many were written; others (aborted,
-        re-leased, seen again by a crawl) are left alone."""
+        re-leased, seen again by a crawl) are left alone. One batch of results is one
+        transaction whose cost grows with the results, not with the connector's documents
+        (each id is looked up by key); the last result given for an id wins."""
 
     async def extend_leases(self, connector_id: str, lease_token: str, until: datetime) -> int:
         """Push back the lease of documents running under ``lease_token``."""

@@ -15,8 +15,9 @@ Which documents of a crawled page are written and enqueued is a rule, not a conv
 
 from __future__ import annotations
 
+import functools
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -96,10 +97,17 @@ def decode_dt(value: str | datetime | None) -> datetime | None:
     """Text written by :func:`encode_dt` (or a datetime) as an aware UTC datetime."""
     if value is None:
         return None
-    dt = value if isinstance(value, datetime) else datetime.fromisoformat(value)
-    if dt.tzinfo is None:
-        return dt.replace(tzinfo=UTC)
-    return dt.astimezone(UTC)
+    if isinstance(value, str):
+        return _parse_dt(value)
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_dt(text: str) -> datetime:
+    # Cached: the rows of one claim or listing mostly share their timestamps (a page's
+    # creation time, the claim's time and lease), and datetimes are immutable.
+    dt = datetime.fromisoformat(text)
+    return dt.replace(tzinfo=UTC) if dt.tzinfo is None else dt.astimezone(UTC)
 
 
 # One encoder for every call: ``json.dumps`` with options builds a new encoder each time,
@@ -406,31 +414,54 @@ DOCUMENT_COLUMNS: tuple[str, ...] = (
 """The columns of a document without its payload (listings never read the payload)."""
 
 
+# Enum lookups by value without the enum call's machinery (a claim builds 100s of documents).
+_STATUSES: dict[str, DocStatus] = {s.value: s for s in DocStatus}
+_OPS: dict[str, DocOp] = {o.value: o for o in DocOp}
+
+
 def document_from_row(
-    row: Row,
+    row: Iterable[Any],
     *,
     with_payload: bool = False,
     dt: Callable[[Any], datetime | None] = decode_dt,
 ) -> Document:
-    """Build a :class:`Document` from a row holding :data:`DOCUMENT_COLUMNS` (and
-    ``payload``, JSON text, when ``with_payload``: parsed exactly, and kept as text too)."""
-    text: str | None = row["payload"] if with_payload else None
-    created_at = dt(row["created_at"])
-    updated_at = dt(row["updated_at"])
+    """Build a :class:`Document` from a row of :data:`DOCUMENT_COLUMNS` in that order (then
+    ``payload``, JSON text, when ``with_payload``: parsed exactly, and kept as text too).
+
+    Read by position, not by name: a ``sqlite3.Row`` finds a name by comparing it with each
+    column's in turn, which was most of the cost of a claim's rows."""
+    (
+        connector_id,
+        external_id,
+        status,
+        content_hash,
+        created,
+        updated,
+        error,
+        attempts,
+        indexed,
+        lease_token,
+        lease_until,
+        op,
+        *rest,
+    ) = row
+    text: str | None = rest[0] if with_payload else None
+    created_at = dt(created)
+    updated_at = dt(updated)
     assert created_at is not None and updated_at is not None  # NOT NULL columns
     return Document(
-        connector_id=row["connector_id"],
-        external_id=row["external_id"],
-        status=DocStatus(row["status"]),
-        content_hash=row["content_hash"],
+        connector_id=connector_id,
+        external_id=external_id,
+        status=_STATUSES[status],
+        content_hash=content_hash,
         created_at=created_at,
         updated_at=updated_at,
-        error=row["error"],
-        attempts=int(row["attempts"]),
-        indexed_at=dt(row["indexed_at"]),
+        error=error,
+        attempts=int(attempts),
+        indexed_at=dt(indexed),
         payload=None if text is None else parse_json(text),
-        lease_token=row["lease_token"],
-        lease_until=dt(row["lease_until"]),
+        lease_token=lease_token,
+        lease_until=dt(lease_until),
         payload_json=text,
-        op=DocOp(row["op"]),
+        op=_OPS[op],
     )

@@ -452,10 +452,11 @@ class PostgresStore:
         now: datetime,
     ) -> int:
         """Record indexing results of documents still running under ``lease_token``."""
+        # The last result of an id wins; ids in order, as every multi-row write locks them.
         latest = {external_id: (status, error) for external_id, status, error in results}
         if not latest:
             return 0
-        ids = list(latest)
+        ids = sorted(latest)
         return await self._db.execute(
             sql.FINISH_DOCUMENTS,
             connector_id,

@@ -663,22 +663,33 @@ _CLAIM_COLUMNS: Final = ", ".join(f"d.{c}" for c in DOCUMENT_COLUMNS)
 CLAIM_DOCUMENTS: Final = f"{_CLAIM}{_CLAIM_COLUMNS}, d.payload"
 CLAIM_DOCUMENTS_NO_PAYLOAD: Final = f"{_CLAIM}{_CLAIM_COLUMNS}"
 
+# Driven by the ids like the claim, for the same reason: "external_id = ANY($4)" next to
+# "status = 'running'" was planned as a scan of the connector's running entries of the
+# status index -- dead ones included, one per document claimed since the last vacuum -- so
+# each finish read every document the sync had claimed so far (quadratic in the sync).
+# Each id is one locking probe of the primary key, in id order; the locked rows are updated
+# by their ctid. The caller passes each id once.
 FINISH_DOCUMENTS: Final = """
 WITH c AS (
-    SELECT external_id FROM documents
-    WHERE connector_id = $1 AND external_id = ANY($4::text[])
-      AND status = 'running' AND lease_token = $2
-    ORDER BY external_id
-    FOR UPDATE
+    SELECT l.ctid, r.status, r.error
+    FROM (
+        SELECT * FROM unnest($4::text[], $5::text[], $6::text[]) AS t(external_id, status, error)
+        ORDER BY t.external_id COLLATE "C"
+    ) AS r
+    CROSS JOIN LATERAL (
+        SELECT p.ctid FROM documents AS p
+        WHERE p.connector_id = $1 AND p.external_id = r.external_id
+          AND p.status = 'running' AND p.lease_token = $2
+        FOR UPDATE
+    ) AS l
 )
 UPDATE documents AS d SET
-    status = r.status, error = r.error, lease_token = NULL, lease_until = NULL,
+    status = c.status, error = c.error, lease_token = NULL, lease_until = NULL,
     updated_at = $3,
-    indexed_at = CASE WHEN r.status = 'indexed' THEN $3 ELSE d.indexed_at END,
-    payload = CASE WHEN r.status = 'deleted' THEN 'null' ELSE d.payload END
-FROM c, unnest($4::text[], $5::text[], $6::text[]) AS r(external_id, status, error)
-WHERE d.connector_id = $1 AND d.external_id = c.external_id
-  AND r.external_id = c.external_id"""
+    indexed_at = CASE WHEN c.status = 'indexed' THEN $3 ELSE d.indexed_at END,
+    payload = CASE WHEN c.status = 'deleted' THEN 'null' ELSE d.payload END
+FROM c
+WHERE d.ctid = c.ctid"""
 
 EXTEND_LEASES: Final = """
 WITH c AS (

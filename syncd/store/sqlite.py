@@ -485,7 +485,8 @@ class SQLiteStore:
                 connector_id,
                 dump_json(list(external_ids)),
             )
-        claimed = {r["external_id"]: document_from_row(r, with_payload=with_payload) for r in rows}
+        documents = (document_from_row(r, with_payload=with_payload) for r in rows)
+        claimed = {d.external_id: d for d in documents}
         return [claimed[e] for e in dict.fromkeys(external_ids) if e in claimed]
 
     async def finish_documents(
@@ -499,15 +500,30 @@ class SQLiteStore:
         """Record ``(external_id, indexed|failed, error)`` for documents still running under
         ``lease_token``; how many were written."""
         at = encode_dt(now)
-        params: list[tuple[Any, ...]] = []
-        for external_id, status, error in results:
-            if status not in _FINISHED:
-                raise ValueError(f"a finished document is indexed, failed or deleted, not {status}")
-            params.append((status.value, error, at, connector_id, external_id, lease_token))
+        # The last result of an id wins, as on PostgreSQL (the first write would clear the
+        # lease and fence out the others).
+        latest = {external_id: (status, error) for external_id, status, error in results}
+        groups: dict[tuple[DocStatus, str | None], list[str]] = {}
+        for external_id, outcome in latest.items():
+            if outcome[0] not in _FINISHED:
+                raise ValueError(
+                    f"a finished document is indexed, failed or deleted, not {outcome[0]}"
+                )
+            groups.setdefault(outcome, []).append(external_id)
+        params = [
+            (status.value, error, at, connector_id, dump_json(ids), lease_token)
+            for (status, error), ids in groups.items()
+        ]
         if not params:
             return 0
+        if len(params) == 1:
+            # The usual batch (every document indexed): one statement, atomic on its own.
+            return await self._db.execute(sql.FINISH_DOCUMENTS, *params[0])
+        written = 0
         async with self._db.transaction() as tx:
-            return await tx.executemany(sql.FINISH_DOCUMENT, params)
+            for args in params:
+                written += await tx.execute(sql.FINISH_DOCUMENTS, *args)
+        return written
 
     async def extend_leases(self, connector_id: str, lease_token: str, until: datetime) -> int:
         """Push back the lease of documents running under ``lease_token``."""

@@ -466,12 +466,15 @@ _CLAIM = (
 )
 CLAIM_DOCUMENTS = f"{_CLAIM}RETURNING {_DOC_COLUMNS}, payload"
 CLAIM_DOCUMENTS_NO_PAYLOAD = f"{_CLAIM}RETURNING {_DOC_COLUMNS}"
-FINISH_DOCUMENT = (
+# One statement for every result of a batch that shares its status and error (usually the
+# whole batch): each id one probe of the status index.
+FINISH_DOCUMENTS = (
     "UPDATE documents SET status = ?1, error = ?2, "
     "indexed_at = CASE WHEN ?1 = 'indexed' THEN ?3 ELSE indexed_at END, updated_at = ?3, "
     "lease_token = NULL, lease_until = NULL, "
     "payload = CASE WHEN ?1 = 'deleted' THEN 'null' ELSE payload END "
-    "WHERE connector_id = ?4 AND external_id = ?5 AND status = 'running' AND lease_token = ?6"
+    "WHERE status = 'running' AND connector_id = ?4 "
+    "AND external_id IN (SELECT value FROM json_each(?5)) AND lease_token = ?6"
 )
 EXTEND_LEASES = (
     "UPDATE documents SET lease_until = ? "

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
 from typing import Any
@@ -393,6 +394,44 @@ async def test_due_connectors_is_served_by_the_next_run_at_index(
         r[0] for r in await admin.fetch(f"EXPLAIN {sql.DUE_CONNECTORS}", utcnow(), 100)
     )
     assert "connectors_next_run_at_idx" in plan
+
+
+async def test_finish_reads_only_the_documents_it_finishes(
+    store: PostgresStore, admin: asyncpg.Connection[asyncpg.Record]
+) -> None:
+    # Thousands of documents running (and as many dead index entries of finished ones, as
+    # in a long first sync): finishing two of them probes two keys, it does not scan the
+    # connector's running documents (which made each finish grow with the sync).
+    c = await store.create_connector(make_connector())
+    run_id = new_id()
+    await store.mutate_connector(c.id, start_run(run_id))
+    now = utcnow()
+    ids = await store.commit_page(
+        c.id, run_id, docs(3000), next_cursor=None, source_state={}, now=now
+    )
+    until = now + timedelta(minutes=1)
+    await store.claim_documents(c.id, ids, lease_token="L", lease_until=until, now=now)
+    half = [(e, DocStatus.INDEXED, None) for e in ids[:1500]]
+    assert await store.finish_documents(c.id, "L", half, now=now) == 1500
+    tx = admin.transaction()
+    await tx.start()
+    try:
+        # The generic plan: the one a prepared statement ends up with, knowing no ids.
+        await admin.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+        plan = await admin.fetchval(
+            f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {sql.FINISH_DOCUMENTS}",
+            c.id,
+            "L",
+            now,
+            [ids[2000], ids[2999]],
+            ["indexed", "failed"],
+            [None, "x"],
+        )
+    finally:
+        await tx.rollback()  # leave the documents as they were
+    top = json.loads(plan)[0]["Plan"]
+    read = top["Shared Hit Blocks"] + top["Shared Read Blocks"]
+    assert read < 100, f"finishing 2 documents read {read} blocks"
 
 
 async def test_payloads_are_stored_as_their_canonical_json_text(

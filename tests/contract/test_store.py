@@ -1035,6 +1035,35 @@ async def test_finish_documents_only_under_the_lease(store: Store) -> None:
     assert cdoc is not None and (cdoc.status, cdoc.error) == (DocStatus.FAILED, ABORTED_ERROR)
 
 
+async def test_finish_documents_batch_in_any_order_last_result_wins(store: Store) -> None:
+    c = await add_connector(store)
+    run_id = await start_run(store, c.id)
+    await commit(store, c, run_id, *((f"d{i:02d}", 1) for i in range(20)))
+    ids = [f"d{i:02d}" for i in range(20)]
+    await store.claim_documents(c.id, ids, lease_token="L", lease_until=at(60), now=T0)
+    results: list[tuple[str, DocStatus, str | None]] = [
+        (e, DocStatus.INDEXED, None) for e in reversed(ids)
+    ]
+    # A second result for d03: the last one given is the one recorded.
+    results.append(("d03", DocStatus.FAILED, "HTTP 500"))
+    results.append(("d05", DocStatus.FAILED, "HTTP 502"))
+    assert await store.finish_documents(c.id, "L", results, now=at(1)) == 20
+    counts = await store.document_counts(c.id)
+    assert (counts[DocStatus.INDEXED], counts[DocStatus.FAILED]) == (18, 2)
+    d03 = await get_doc(store, c.id, "d03")
+    assert (d03.status, d03.error, d03.lease_token) == (DocStatus.FAILED, "HTTP 500", None)
+    d05 = await get_doc(store, c.id, "d05")
+    assert (d05.status, d05.error, d05.indexed_at) == (DocStatus.FAILED, "HTTP 502", None)
+    d00 = await get_doc(store, c.id, "d00")
+    assert (d00.status, d00.error, d00.indexed_at) == (DocStatus.INDEXED, None, at(1))
+    # Nothing is left to finish under the lease.
+    assert await store.finish_documents(c.id, "L", results, now=at(2)) == 0
+    assert await store.finish_documents(c.id, "L", [], now=at(2)) == 0
+    # The payload is kept by an index result, exactly.
+    d07 = await store.get_document(c.id, "d07")
+    assert d07 is not None and d07.payload is not None and d07.payload_json is not None
+
+
 async def test_indexed_at_is_kept_until_next_indexing(store: Store) -> None:
     c = await add_connector(store)
     run_id = await start_run(store, c.id)
