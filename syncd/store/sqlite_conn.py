@@ -247,8 +247,9 @@ class SQLiteDatabase:
 
     @contextlib.asynccontextmanager
     async def read(self) -> AsyncIterator[SQLiteSession]:
-        """A read connection for a few statements, each in autocommit (the writer for a
-        ``":memory:"`` database). Only reads belong here: the connection is ``query_only``."""
+        """A read connection for a few statements, each in autocommit (the writer, under its
+        lock, for a ``":memory:"`` database). Only reads belong here: a file database's read
+        connections are ``query_only``."""
         idle = self._idle
         if idle is None:
             async with self._autocommit() as s:
