@@ -2,7 +2,8 @@
 
 Pages are rendered once up front, so the server costs little per request and the numbers
 measure the client side. ``GET /items?cursor=N`` returns ``{"data": [...], "next_cursor": ...}``;
-``GET /hang`` never answers (for abort latency).
+``GET /hang`` never answers (for abort latency). With ``delay``, each page answers that many
+seconds late (a slow source: the client waits, the server spends no CPU).
 """
 
 from __future__ import annotations
@@ -37,12 +38,16 @@ def render_pages(total: int, page_size: int, record_size: int) -> list[bytes]:
     return pages
 
 
-def _serve(sock: socket.socket, total: int, page_size: int, record_size: int) -> None:
+def _serve(
+    sock: socket.socket, total: int, page_size: int, record_size: int, delay: float = 0.0
+) -> None:
     pages = render_pages(total, page_size, record_size)
     hang = asyncio.Event()
 
     async def items(request: web.Request) -> web.Response:
         index = int(request.query.get("cursor") or 0)
+        if delay:
+            await asyncio.sleep(delay)
         return web.Response(body=pages[index], content_type="application/json")
 
     async def hang_forever(request: web.Request) -> web.Response:
@@ -64,7 +69,9 @@ def _serve(sock: socket.socket, total: int, page_size: int, record_size: int) ->
 class SourceProcess:
     """Start the source server in a child process; ``url`` is its base URL."""
 
-    def __init__(self, total: int, page_size: int = 500, record_size: int = 1000) -> None:
+    def __init__(
+        self, total: int, page_size: int = 500, record_size: int = 1000, delay: float = 0.0
+    ) -> None:
         self.total = total
         self.page_size = page_size
         self.record_size = record_size
@@ -74,7 +81,7 @@ class SourceProcess:
         self._sock.listen(128)
         self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
         self._proc = mp.get_context("fork").Process(
-            target=_serve, args=(self._sock, total, page_size, record_size), daemon=True
+            target=_serve, args=(self._sock, total, page_size, record_size, delay), daemon=True
         )
 
     @property

@@ -35,7 +35,7 @@ from syncd.http.budget import HostBudgets, open_budgets
 from syncd.http.transport import Timeouts, Transport, resolve_timeouts
 from syncd.indexers.base import IndexerContext, IndexerFactory
 from syncd.maintenance import Maintenance
-from syncd.metrics import Metrics, refresh_forever
+from syncd.metrics import Metrics, refresh_forever, watch_loop_lag
 from syncd.models import Connector, ConnectorStatus, DocStatus, Document, Run, new_id, utcnow
 from syncd.plugins import IndexerKind, Indexers, Registry, SourceKind
 from syncd.queue import WorkQueue, open_queue
@@ -178,6 +178,7 @@ class Daemon:
             spawn("queue-rebuild", self.maintenance.rebuild_when_asked)
             spawn("scheduler", self.scheduler.run)
             spawn("metrics-refresh", lambda: refresh_forever(self.metrics, self.store, self.queue))
+            spawn("loop-lag", lambda: watch_loop_lag(self.metrics))
             spawn("instance-heartbeat", self._heartbeat_forever)
             if self._serve_api:
                 self.api_runner = await start_api(

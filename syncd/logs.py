@@ -103,6 +103,10 @@ _QUOTED_KEY_COLON = re.compile(
     rf"(?i)(?P<head>(?P<q>[\"']){_KEY_NAME}(?P=q)\s*:\s*)(?P<value>{_VALUE}|b'[^'\r\n]{{0,4096}}')"
 )
 
+# Every credential pattern above needs one of these: a URL password ``@``, a header line or
+# quoted key ``:``, a key ``=``, the space after ``Bearer``/``Basic``.
+_CREDENTIAL_HINT = re.compile(r"[:=@\s]")
+
 
 def _mask_group(match: re.Match[str]) -> str:
     return match.group("head") + MASK
@@ -224,6 +228,10 @@ class Redactor:
         pattern = _registry.pattern if self._use_registry else None
         if pattern is not None:
             text = pattern.sub(MASK, text)
+        if not _CREDENTIAL_HINT.search(text):
+            # Most strings of a line (an event name, a method, a path, an id) cannot hold a
+            # credential of the patterns below: skip their six scans.
+            return text
         text = mask_url_passwords(text)
         text = _BEARER.sub(_mask_group, text)
         text = _BASIC.sub(_mask_group, text)

@@ -17,7 +17,8 @@ from __future__ import annotations
 import asyncio
 import platform
 import time
-from collections.abc import Iterable, Mapping
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
 from importlib import metadata
 
 import structlog
@@ -39,6 +40,7 @@ __all__ = [
     "Metrics",
     "refresh",
     "refresh_forever",
+    "watch_loop_lag",
 ]
 
 #: Indexing calls a webhook or a plugin: allow for slow ones up to the index timeout.
@@ -47,6 +49,11 @@ INDEX_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0
 API_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 #: A sync run crawls a source: a second for a small one, hours for a large one.
 RUN_DURATION_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 300.0, 900.0, 1800.0, 3600.0, 7200.0, 21600.0)
+#: Seconds between two samples of the event loop's lag.
+LOOP_LAG_INTERVAL_SECONDS = 0.1
+#: ``syncd_event_loop_lag_seconds`` is the worst sample of this many seconds, so that a
+#: scrape sees a stall that ended since the previous scrape (at the usual 10-15 s intervals).
+LOOP_LAG_WINDOW_SECONDS = 15.0
 #: Connectors read per store call when the per-connector series are refreshed.
 _CONNECTOR_PAGE = 1000
 
@@ -82,6 +89,7 @@ class Metrics:
     queue_depth: Gauge
     index_latency: Histogram
     api_latency: Histogram
+    loop_lag: Gauge
 
     def __init__(self, *, process_metrics: bool = True, per_connector: bool = False) -> None:
         """Create the metrics in a fresh registry (with ``process_*`` metrics unless disabled;
@@ -193,6 +201,12 @@ class Metrics:
             "Control API request latency, by route pattern, method and status code.",
             ["route", "method", "code"],
             buckets=API_LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.loop_lag = Gauge(
+            "syncd_event_loop_lag_seconds",
+            "The longest delay of the event loop over the last "
+            f"{LOOP_LAG_WINDOW_SECONDS:g} s: how late a periodic timer woke up.",
             registry=registry,
         )
         if process_metrics:
@@ -370,3 +384,32 @@ async def refresh_forever(metrics: Metrics, store: Store, queue: WorkQueue) -> N
                 "metrics.refresh_failed", error=str(exc), exc_info=not isinstance(exc, SyncdError)
             )
         await asyncio.sleep(REFRESH_SECONDS)
+
+
+async def watch_loop_lag(
+    metrics: Metrics,
+    *,
+    interval: float = LOOP_LAG_INTERVAL_SECONDS,
+    window: float = LOOP_LAG_WINDOW_SECONDS,
+    on_sample: Callable[[float], None] | None = None,
+) -> None:
+    """Run forever: sleep ``interval`` seconds, and count how much later than asked the loop
+    woke up; ``syncd_event_loop_lag_seconds`` is the largest such lag of the last ``window``
+    seconds. A lag is time every other task waited too: a blocking call, or more CPU work
+    than the loop can do. ``on_sample`` sees each lag (tests)."""
+    loop = asyncio.get_running_loop()
+    # The samples that can still be the window's maximum: (time, lag), lags decreasing.
+    worst: deque[tuple[float, float]] = deque()
+    while True:
+        due = loop.time() + interval
+        await asyncio.sleep(interval)
+        now = loop.time()
+        lag = max(0.0, now - due)
+        while worst and worst[-1][1] <= lag:
+            worst.pop()
+        worst.append((now, lag))
+        while worst[0][0] < now - window:
+            worst.popleft()
+        metrics.loop_lag.set(worst[0][1])
+        if on_sample is not None:
+            on_sample(lag)

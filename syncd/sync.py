@@ -43,11 +43,11 @@ from syncd.models import (
     RunTrigger,
     Waiting,
     WaitReason,
-    document_inputs,
     new_id,
     utcnow,
 )
 from syncd.plugins import Registry
+from syncd.prepare import Preparer
 from syncd.queue.base import WorkQueue
 from syncd.sources.base import Source, SourceContext, StatefulSource
 from syncd.sources.threaded import as_async
@@ -102,6 +102,8 @@ class SyncEngine:
         self._heartbeat_seconds = heartbeat_seconds
         self._on_push_failed = on_push_failed
         self._runs: dict[str, _Handle] = {}
+        # One run's records become documents at a time, in slices of loop time.
+        self._preparer = Preparer()
         # Every run task of this instance, including runs replaced by a stale-lock takeover
         # (no longer in ``_runs``), so that a stop waits for all of them.
         self._handles: set[_Handle] = set()
@@ -318,7 +320,9 @@ class SyncEngine:
                 gone: list[str] = []
                 if tombstones is not None:
                     records, gone = rules.split_tombstones(records, tombstones, id_field)
-                docs, rejected = document_inputs(records, id_field, connector.hash_fields)
+                docs, rejected = await self._preparer.document_inputs(
+                    records, id_field, connector.hash_fields
+                )
                 if rejected:
                     self._metrics.records_rejected.inc(len(rejected))
                     log.warning(

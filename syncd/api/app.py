@@ -176,6 +176,11 @@ def _observe(metrics: Metrics, request: web.Request, status: int, started: float
 
 
 def _access_middleware() -> Middleware:
+    # Bound once: the lazy module-level logger would assemble a logger on every line. The
+    # processors it captures are those of the logging configuration in force (a reload keeps
+    # them: only levels and the handler's formatter change).
+    logger = access_log.bind()
+
     @web.middleware
     async def access(request: web.Request, handler: Handler) -> web.StreamResponse:
         started = time.perf_counter()
@@ -191,7 +196,7 @@ def _access_middleware() -> Middleware:
             status = CLIENT_CLOSED_REQUEST  # the client went away first
             raise
         finally:
-            access_log.debug(
+            logger.debug(
                 "api.access",
                 method=request.method,
                 path=request.path,

@@ -82,6 +82,22 @@ async def _init_connection(conn: asyncpg.Connection[Record]) -> None:
     )
 
 
+class _Connection(asyncpg.Connection):
+    """A pooled connection released without asyncpg's reset query.
+
+    The pool sends ``SELECT pg_advisory_unlock_all(); CLOSE ALL; UNLISTEN *; RESET ALL`` on
+    every release by default: a round trip per store call, for session state this store never
+    creates (its advisory lock is transaction-level, it declares no cursor outside a
+    transaction, listens to nothing and sets no session variable; the session settings are
+    startup parameters, which ``RESET ALL`` would keep anyway). A transaction still open at
+    release is rolled back all the same: asyncpg does that apart from the reset query.
+    """
+
+    def get_reset_query(self) -> str:
+        """Nothing to reset (see the class)."""
+        return ""
+
+
 def _describe_dsn(dsn: str) -> tuple[str | None, str]:
     """The DSN's password (to scrub it from messages) and ``host:port/database``."""
     parts = urlsplit(dsn)
@@ -212,6 +228,7 @@ class PostgresDatabase:
                 timeout=self._connect_timeout,
                 server_settings=self._server_settings,
                 init=_init_connection,
+                connection_class=_Connection,
                 **options,
             )
         try:

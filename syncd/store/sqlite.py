@@ -109,14 +109,14 @@ class SQLiteStore:
 
     async def get_connector(self, connector_id: str) -> Connector | None:
         """The connector, or ``None``."""
-        row = await self._db.fetch_one(sql.GET_CONNECTOR, connector_id)
+        row = await self._db.reader.fetch_one(sql.GET_CONNECTOR, connector_id)
         return None if row is None else connector_from_row(row)
 
     async def get_connector_with_counts(
         self, connector_id: str
     ) -> tuple[Connector, dict[DocStatus, int]] | None:
         """The connector and its document counts (one statement), or ``None``."""
-        row = await self._db.fetch_one(sql.GET_CONNECTOR_COUNTED, connector_id)
+        row = await self._db.reader.fetch_one(sql.GET_CONNECTOR_COUNTED, connector_id)
         return None if row is None else (connector_from_row(row), _counts(row))
 
     async def list_connectors(
@@ -145,7 +145,7 @@ class SQLiteStore:
         query = sql.list_connectors(
             by_status=status is not None, after=after is not None, counted=counted
         )
-        return await self._db.fetch_all(query, *params)
+        return await self._db.reader.fetch_all(query, *params)
 
     async def mutate_connector(
         self, connector_id: str, change: Change, *, fail_documents: str | None = None
@@ -267,7 +267,7 @@ class SQLiteStore:
 
     async def count_admissible(self, now: datetime, *, limit: int) -> int:
         """Connectors due or queued at ``now``, at most ``limit``."""
-        found = await self._db.fetch_value(sql.COUNT_ADMISSIBLE, now=encode_dt(now), limit=limit)
+        found = await self._db.reader.fetch_value(sql.COUNT_ADMISSIBLE, now=encode_dt(now), limit=limit)
         return int(found or 0)
 
     async def claim_due(
@@ -404,7 +404,7 @@ class SQLiteStore:
 
     async def get_run(self, run_id: str) -> Run | None:
         """The run, or ``None``."""
-        row = await self._db.fetch_one(sql.GET_RUN, run_id)
+        row = await self._db.reader.fetch_one(sql.GET_RUN, run_id)
         return None if row is None else run_from_row(row)
 
     async def list_runs(
@@ -412,16 +412,18 @@ class SQLiteStore:
     ) -> list[Run]:
         """A connector's runs, newest first, ids smaller than ``before``."""
         if before is None:
-            rows = await self._db.fetch_all(sql.LIST_RUNS, connector_id, limit)
+            rows = await self._db.reader.fetch_all(sql.LIST_RUNS, connector_id, limit)
         else:
-            rows = await self._db.fetch_all(sql.LIST_RUNS_BEFORE, connector_id, before, limit)
+            rows = await self._db.reader.fetch_all(
+                sql.LIST_RUNS_BEFORE, connector_id, before, limit
+            )
         return [run_from_row(r) for r in rows]
 
     # --- documents ----------------------------------------------------------------------
 
     async def get_document(self, connector_id: str, external_id: str) -> Document | None:
         """The document with its payload, or ``None``."""
-        row = await self._db.fetch_one(sql.GET_DOCUMENT, connector_id, external_id)
+        row = await self._db.reader.fetch_one(sql.GET_DOCUMENT, connector_id, external_id)
         return None if row is None else document_from_row(row, with_payload=True)
 
     async def list_documents(
@@ -441,13 +443,13 @@ class SQLiteStore:
             params.append(after)
         params.append(limit)
         query = sql.list_documents(by_status=status is not None, after=after is not None)
-        rows = await self._db.fetch_all(query, *params)
+        rows = await self._db.reader.fetch_all(query, *params)
         return [document_from_row(r) for r in rows]
 
     async def document_counts(self, connector_id: str) -> dict[DocStatus, int]:
         """Number of documents per status (every status present, zero if none): the
         counters the documents' triggers keep, not a count of the documents."""
-        rows = await self._db.fetch_all(sql.DOCUMENT_COUNTS, connector_id)
+        rows = await self._db.reader.fetch_all(sql.DOCUMENT_COUNTS, connector_id)
         counts = {r[0]: int(r[1]) for r in rows}
         return {s: counts.get(s.value, 0) for s in DocStatus}
 
@@ -587,14 +589,14 @@ class SQLiteStore:
     async def document_totals(self) -> dict[DocStatus, int]:
         """Documents of every connector per status (every status present, zero if none),
         summed from the counters."""
-        rows = await self._db.fetch_all(sql.DOCUMENT_TOTALS)
+        rows = await self._db.reader.fetch_all(sql.DOCUMENT_TOTALS)
         counts = {r[0]: int(r[1]) for r in rows}
         return {s: counts.get(s.value, 0) for s in DocStatus}
 
     async def connector_totals(self) -> dict[tuple[ConnectorStatus, SyncStatus], int]:
         """Connectors per ``(status, sync_status)`` (every pair present, zero if none)."""
         totals = {(s, y): 0 for s in ConnectorStatus for y in SyncStatus}
-        for r in await self._db.fetch_all(sql.CONNECTOR_TOTALS):
+        for r in await self._db.reader.fetch_all(sql.CONNECTOR_TOTALS):
             totals[ConnectorStatus(r[0]), SyncStatus(r[1])] = int(r[2])
         return totals
 
@@ -607,7 +609,7 @@ class SQLiteStore:
 
     async def list_instances(self, since: datetime) -> list[InstanceBeat]:
         """Instances whose heartbeat is newer than ``since``, by owner."""
-        rows = await self._db.fetch_all(sql.LIST_INSTANCES, encode_dt(since))
+        rows = await self._db.reader.fetch_all(sql.LIST_INSTANCES, encode_dt(since))
         return [
             InstanceBeat(owner, load_json(info), heartbeat_at)
             for owner, info, at in rows

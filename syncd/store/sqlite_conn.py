@@ -1,13 +1,20 @@
-"""The SQLite plumbing under :class:`~syncd.store.sqlite.SQLiteStore`: one aiosqlite
-connection in WAL mode, its migrations, and a handful of verbs over the named statements of
+"""The SQLite plumbing under :class:`~syncd.store.sqlite.SQLiteStore`: aiosqlite connections
+in WAL mode, the migrations, and a handful of verbs over the named statements of
 :mod:`syncd.store.sqlite_sql`.
 
-Statements of this process are serialised by an ``asyncio.Lock``; a transaction takes the
-database's write lock up front (``BEGIN IMMEDIATE``), so a read-modify-write is atomic even
-when another process (a restarted daemon while the old one is still exiting) opens the same
-file. Such a second writer waits up to ``busy_timeout`` seconds for the lock. Driver errors
-become :class:`~syncd.errors.StoreError` (or :class:`~syncd.errors.NameConflict`) here and
-nowhere else.
+One connection writes. Its statements are serialised by an ``asyncio.Lock``; a transaction
+takes the database's write lock up front (``BEGIN IMMEDIATE``), so a read-modify-write is
+atomic even when another process (a restarted daemon while the old one is still exiting) opens
+the same file. Such a second writer waits up to ``busy_timeout`` seconds for the lock.
+
+Reads that need no transaction (the API's, the metrics') go to :attr:`SQLiteDatabase.reader`:
+a few read-only connections of their own, so that they never queue behind a page commit or a
+WAL checkpoint on the writer. A WAL reader sees every transaction committed before its
+statement started. A ``":memory:"`` database exists only on its one connection, so there the
+reader is the writer.
+
+Driver errors become :class:`~syncd.errors.StoreError` (or :class:`~syncd.errors.NameConflict`)
+here and nowhere else.
 """
 
 from __future__ import annotations
@@ -24,9 +31,15 @@ import aiosqlite
 from syncd.errors import NameConflict, StoreError
 from syncd.store import sqlite_sql as sql
 
-__all__ = ["SQLiteDatabase", "SQLiteSession"]
+__all__ = ["SQLiteDatabase", "SQLiteReader", "SQLiteSession"]
 
 _MEMORY = ":memory:"
+#: Read connections of a file database: a long read (a count over many documents) leaves
+#: another free for the next request.
+READERS = 2
+# A read connection's page cache is dropped whenever the writer commits (WAL), so a large one
+# buys nothing; the writer keeps the large cache of PRAGMAS_PER_CONNECTION.
+_READER_PRAGMAS = ("PRAGMA query_only = ON", "PRAGMA cache_size = -8192")
 
 
 @contextlib.contextmanager
@@ -86,28 +99,82 @@ class SQLiteSession:
         return cursor.rowcount
 
 
+class SQLiteReader:
+    """The read verbs of :class:`SQLiteSession` on the database's read connections: each
+    statement on a free one, in autocommit, seeing every transaction committed before it
+    started. Only for reads that need no transaction with a write."""
+
+    __slots__ = ("_database",)
+
+    def __init__(self, database: SQLiteDatabase) -> None:
+        self._database = database
+
+    async def fetch_all(self, query: str, *args: Any, **named: Any) -> list[sqlite3.Row]:
+        """Every row."""
+        async with self._database.read() as s:
+            return await s.fetch_all(query, *args, **named)
+
+    async def fetch_one(self, query: str, *args: Any, **named: Any) -> sqlite3.Row | None:
+        """The first row, or ``None``."""
+        async with self._database.read() as s:
+            return await s.fetch_one(query, *args, **named)
+
+    async def fetch_value(self, query: str, *args: Any, **named: Any) -> Any:
+        """The first column of the first row (``None`` without a row)."""
+        async with self._database.read() as s:
+            return await s.fetch_value(query, *args, **named)
+
+
 class SQLiteDatabase:
     """One SQLite file (or ``":memory:"``) with the verbs of :class:`SQLiteSession`, each a
-    statement of its own in autocommit, and :meth:`transaction` for several in one."""
+    statement of its own in autocommit on the writer, :meth:`transaction` for several in one,
+    and :attr:`reader` for reads on connections of their own."""
 
-    def __init__(self, path: str | Path, *, busy_timeout: float = 10.0) -> None:
+    def __init__(
+        self, path: str | Path, *, busy_timeout: float = 10.0, readers: int = READERS
+    ) -> None:
         self.path = path if str(path) == _MEMORY else Path(path)
         """The database file (or ``":memory:"``)."""
         self._busy_timeout = busy_timeout
         self._db: aiosqlite.Connection | None = None
         self._lock = asyncio.Lock()
+        self._reader_count = readers if isinstance(self.path, Path) else 0
+        # The read connections not in use; None while closed (and always for ":memory:",
+        # whose reads go to the writer).
+        self._idle: asyncio.Queue[aiosqlite.Connection] | None = None
+        self._readers: list[aiosqlite.Connection] = []
+        self.reader = SQLiteReader(self)
+        """Read verbs on the read connections (see :class:`SQLiteReader`)."""
 
     # --- lifecycle ----------------------------------------------------------------------
 
     async def open(self) -> None:
-        """Connect, configure the connection and apply pending migrations (idempotent)."""
+        """Connect, configure the connections and apply pending migrations (idempotent)."""
         async with self._lock:
-            if self._db is None:
-                self._db = await self._connect()
+            if self._db is not None:
+                return
+            db = await self._connect()
+            try:
+                # After the migrations: a reader never sees a half-built schema.
+                readers = [await self._connect_reader() for _ in range(self._reader_count)]
+            except BaseException:
+                await _close_all(self._readers)
+                self._readers = []
+                await db.close()
+                raise
+            self._db = db
+            if readers:
+                self._readers = readers
+                self._idle = asyncio.Queue()
+                for reader in readers:
+                    self._idle.put_nowait(reader)
 
     async def close(self) -> None:
-        """Close the connection (idempotent)."""
+        """Close the connections (idempotent)."""
         db, self._db = self._db, None
+        readers, self._readers, self._idle = self._readers, [], None
+        with _translated():
+            await _close_all(readers)
         if db is not None:
             async with self._lock:
                 with _translated():
@@ -133,6 +200,18 @@ class SQLiteDatabase:
             except BaseException:
                 await db.close()
                 raise
+        return db
+
+    async def _connect_reader(self) -> aiosqlite.Connection:
+        with _translated():
+            db = await aiosqlite.connect(
+                self.path, timeout=self._busy_timeout, isolation_level=None
+            )
+            # Appended before configuring it, so that a failure below closes it too.
+            self._readers.append(db)
+            db.row_factory = sqlite3.Row
+            for pragma in (*sql.PRAGMAS_PER_CONNECTION, *_READER_PRAGMAS):
+                await db.execute(pragma)
         return db
 
     async def _enable_wal(self, db: aiosqlite.Connection) -> None:
@@ -165,6 +244,25 @@ class SQLiteDatabase:
             db = self._connection()
             with _translated():
                 yield SQLiteSession(db)
+
+    @contextlib.asynccontextmanager
+    async def read(self) -> AsyncIterator[SQLiteSession]:
+        """A read connection for a few statements, each in autocommit (the writer, under its
+        lock, for a ``":memory:"`` database). Only reads belong here: a file database's read
+        connections are ``query_only``."""
+        idle = self._idle
+        if idle is None:
+            async with self._autocommit() as s:
+                yield s
+            return
+        db = await idle.get()
+        try:
+            with _translated():
+                yield SQLiteSession(db)
+        finally:
+            # A statement whose awaiting task was cancelled still runs on the connection's
+            # thread: the next one queues behind it there, so the connection can go back now.
+            idle.put_nowait(db)
 
     async def fetch_all(self, query: str, *args: Any, **named: Any) -> list[sqlite3.Row]:
         """Every row."""
@@ -201,6 +299,11 @@ class SQLiteDatabase:
                 except BaseException:
                     await _rollback(db)
                     raise
+
+
+async def _close_all(connections: Iterable[aiosqlite.Connection]) -> None:
+    for db in connections:
+        await db.close()
 
 
 async def _migrate(db: aiosqlite.Connection) -> None:

@@ -608,3 +608,27 @@ async def test_name_conflicts_and_missing_connectors(store: PostgresStore) -> No
     with pytest.raises(NotFound):
         await store.mutate_connector("missing", lambda c: Transition(c))
     assert (await store.get_connector(a.id)) == a
+
+
+async def test_a_released_connection_costs_no_reset_round_trip(
+    postgres_dsn: str, admin: asyncpg.Connection[asyncpg.Record]
+) -> None:
+    s = PostgresStore(postgres_dsn, min_size=1, max_size=1)
+    await s.open()
+    try:
+        async with s._db.acquire() as conn:
+            pid = await conn.fetchval("SELECT pg_backend_pid()")
+        connector = await s.create_connector(make_connector())
+        assert await s.get_connector(connector.id) is not None
+        # The backend's last statement is the store's read, not asyncpg's reset query.
+        last = await admin.fetchval("SELECT query FROM pg_stat_activity WHERE pid = $1", pid)
+        assert "FROM connectors" in last and "RESET ALL" not in last
+        # A transaction left open on a released connection is still rolled back.
+        async with s._db.acquire() as conn:
+            await conn.execute("BEGIN")
+            await conn.execute("DELETE FROM connectors")
+        assert await s.get_connector(connector.id) is not None
+        async with s._db.acquire() as conn:
+            assert await conn.fetchval("SELECT pg_backend_pid()") == pid
+    finally:
+        await s.close()

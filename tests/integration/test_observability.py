@@ -3,10 +3,12 @@ lines that tell the story of a run (start, end, indexing failures, API access)."
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import logging
 import socket
+import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -21,7 +23,7 @@ from syncd.api import build_app, start_api
 from syncd.api.app import ACCESS_LOGGER
 from syncd.daemon import Daemon
 from syncd.logs import DRIVER_LOGGERS, configure_logging
-from syncd.metrics import refresh
+from syncd.metrics import LOOP_LAG_INTERVAL_SECONDS, refresh
 from syncd.models import DocStatus
 from tests.integration.conftest import DaemonFactory, embedded_config, http_source
 from tests.integration.sourceserver import SourceServer
@@ -323,3 +325,26 @@ async def test_the_log_access_key_reaches_the_api(
         assert r.status == 200
     paths = [line["path"] for line in logged(log_output) if line["event"] == "api.access"]
     assert paths == (["/healthz"] if access else [])
+
+
+async def test_loop_lag_is_exported_and_shows_a_blocked_loop(
+    daemon: Daemon, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert "loop-lag" in daemon._supervisor.names
+    assert value(daemon, "syncd_event_loop_lag_seconds") >= 0
+    gauge = daemon.metrics.loop_lag
+    samples: asyncio.Queue[float] = asyncio.Queue()
+    original = gauge.set
+
+    def observed(lag: float) -> None:
+        original(lag)
+        samples.put_nowait(lag)
+
+    monkeypatch.setattr(gauge, "set", observed)
+    await samples.get()
+    blocked = 0.3
+    # Whatever the watcher's interval (0.1 s), a stall this long makes it wake that late.
+    asyncio.get_running_loop().call_soon(time.sleep, blocked)
+    while await samples.get() < blocked - LOOP_LAG_INTERVAL_SECONDS:
+        pass
+    assert value(daemon, "syncd_event_loop_lag_seconds") >= blocked - LOOP_LAG_INTERVAL_SECONDS

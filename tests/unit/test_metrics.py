@@ -3,10 +3,13 @@ checked by ``promtool`` (Debian package ``prometheus``)."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import math
 import platform
 import re
 import subprocess
+import time
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
@@ -23,6 +26,7 @@ from syncd.metrics import (
     INDEX_LATENCY_BUCKETS,
     Metrics,
     refresh,
+    watch_loop_lag,
 )
 from syncd.models import (
     ConnectorStatus,
@@ -467,6 +471,7 @@ def test_the_example_alert_rules_use_exported_metrics_and_pass_promtool() -> Non
         "SyncdSyncRunningTooLong",
         "SyncdIndexerFailing",
         "SyncdQueueGrowing",
+        "SyncdEventLoopStalled",
     }
     body, _ = busy_metrics().render()
     exported = {s.name for f in text_string_to_metric_families(body.decode()) for s in f.samples}
@@ -478,4 +483,38 @@ def test_the_example_alert_rules_use_exported_metrics_and_pass_promtool() -> Non
         ["promtool", "check", "rules", str(ALERTS)], capture_output=True, timeout=30
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert b"SUCCESS: 4 rules found" in result.stdout
+    assert b"SUCCESS: 5 rules found" in result.stdout
+
+
+def lag_gauge(metrics: Metrics) -> float:
+    return only(scrape(metrics), "syncd_event_loop_lag_seconds")[NO_LABELS]
+
+
+async def test_loop_lag_gauge_shows_a_blocked_loop_for_a_window() -> None:
+    metrics = Metrics(process_metrics=False)
+    assert only(scrape(metrics), "syncd_event_loop_lag_seconds") == {NO_LABELS: 0.0}
+    lags: asyncio.Queue[float] = asyncio.Queue()
+    interval, blocked = 0.01, 0.2
+    watcher = asyncio.create_task(
+        watch_loop_lag(metrics, interval=interval, window=0.5, on_sample=lags.put_nowait)
+    )
+    try:
+        await lags.get()
+        # The watcher has just gone back to sleep for `interval`: block the loop past that.
+        asyncio.get_running_loop().call_soon(time.sleep, blocked)
+        assert await lags.get() >= blocked - interval
+        assert lag_gauge(metrics) >= blocked - interval
+        # The next, short, lags do not hide the stall from a scrape within the window...
+        assert await lags.get() < blocked - interval
+        assert lag_gauge(metrics) >= blocked - interval
+        # ...which forgets it afterwards.
+        for _ in range(10_000):
+            await lags.get()
+            if lag_gauge(metrics) < blocked - interval:
+                break
+        else:
+            raise AssertionError("the gauge never forgot the stall")
+    finally:
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watcher

@@ -1,0 +1,103 @@
+"""Behaviour of the SQLite store that the shared contract suite cannot show: reads on
+connections of their own, which never queue behind the writer."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from syncd.errors import StoreError
+from syncd.models import DocStatus
+from syncd.store.sqlite import SQLiteStore
+
+from .factories import T0, make_connector
+
+# A deadlock guard only: a read that waited for the writer would never return.
+_GUARD = 30.0
+
+
+@pytest.fixture
+async def sqlite_store(tmp_path: Path) -> AsyncIterator[SQLiteStore]:
+    store = SQLiteStore(tmp_path / "syncd.db")
+    await store.open()
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+async def test_reads_do_not_wait_for_a_write_transaction(sqlite_store: SQLiteStore) -> None:
+    store = sqlite_store
+    connector = await store.create_connector(make_connector("before"))
+    in_transaction, release = asyncio.Event(), asyncio.Event()
+
+    async def hold_a_write() -> None:
+        # The writer connection and its lock stay taken until `release`.
+        async with store._db.transaction() as tx:
+            await tx.execute("UPDATE connectors SET name = 'after' WHERE id = ?", connector.id)
+            in_transaction.set()
+            await release.wait()
+
+    writer = asyncio.create_task(hold_a_write())
+    try:
+        await in_transaction.wait()
+        async with asyncio.timeout(_GUARD):
+            got = await store.get_connector(connector.id)
+            listed = await store.list_connectors()
+            counts = await store.document_counts(connector.id)
+            totals = await store.connector_totals()
+            runs = await store.list_runs(connector.id)
+        # The uncommitted write is invisible; everything committed before it is there.
+        assert got is not None and got.name == "before"
+        assert [c.name for c in listed] == ["before"]
+        assert counts == dict.fromkeys(DocStatus, 0)
+        assert sum(totals.values()) == 1
+        assert runs == []
+        assert not writer.done()
+    finally:
+        release.set()
+        await writer
+    # Committed before the read started: seen.
+    after = await store.get_connector(connector.id)
+    assert after is not None and after.name == "after"
+
+
+async def test_concurrent_reads_share_the_read_connections(sqlite_store: SQLiteStore) -> None:
+    store = sqlite_store
+    created = [await store.create_connector(make_connector(f"c{i}")) for i in range(5)]
+    got = await asyncio.gather(*(store.get_connector(c.id) for c in created * 4))
+    assert [g.id if g else None for g in got] == [c.id for c in created * 4]
+
+
+async def test_a_read_connection_refuses_writes(sqlite_store: SQLiteStore) -> None:
+    with pytest.raises(StoreError, match="readonly database"):
+        async with sqlite_store._db.read() as s:
+            await s.execute("DELETE FROM connectors")
+
+
+async def test_memory_database_reads_on_its_one_connection() -> None:
+    store = SQLiteStore(":memory:")
+    await store.open()
+    try:
+        connector = await store.create_connector(make_connector("memory", created_at=T0))
+        got = await store.get_connector(connector.id)
+        assert got is not None and got.name == "memory"
+        assert await store.document_counts(connector.id) == dict.fromkeys(DocStatus, 0)
+    finally:
+        await store.close()
+
+
+async def test_closed_store_reads_fail_cleanly(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "syncd.db")
+    await store.open()
+    await store.close()
+    with pytest.raises(StoreError, match="not open"):
+        await store.get_connector("nope")
+    await store.open()  # reopening opens the read connections again
+    try:
+        assert await store.list_connectors() == []
+    finally:
+        await store.close()
