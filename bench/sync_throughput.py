@@ -4,6 +4,7 @@
     python bench/sync_throughput.py --records 50000      # a quicker run
     python bench/sync_throughput.py --backend postgres   # PostgreSQL + Redis, bare loop, dlt
     python bench/sync_throughput.py --backend postgres --profile /tmp/prof   # cProfile dumps
+    python bench/sync_throughput.py --indexer webhook --batch-size 100       # webhook, a sink
 
 The source is a local HTTP server in its own process serving pre-rendered pages of ~1 KB
 records. Embedded: the bare loop is aiohttp + ``sqlite3.executemany`` in a thread. PostgreSQL
@@ -11,7 +12,10 @@ records. Embedded: the bare loop is aiohttp + ``sqlite3.executemany`` in a threa
 loop (read-ahead fetch, COPY into a temporary table + ``INSERT … ON CONFLICT``, one ``RPUSH``
 per page), syncd through ``Daemon``, and (b) dlt's ``rest_api`` source in a subprocess
 (``bench/dlt_baseline.py``). Abort latency: ``abort_sync`` → the run's task ended, for a run
-blocked on a page request that never answers. ``bench/README.md`` has the details and figures.
+blocked on a page request that never answers. ``--indexer webhook``: the webhook indexer
+against a local sink (``bench/webhooksink.py``) next to a hand-written loop POSTing the same
+documents one per request at the same concurrency, medians of ``--rounds``.
+``bench/README.md`` has the details and figures.
 """
 
 from __future__ import annotations

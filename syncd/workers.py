@@ -2,20 +2,21 @@
 
 Each worker takes a batch of one connector's documents from the queue (the queue is fair
 across connectors), claims the pending ones in the store with a lease (compare-and-set
-``pending → running``) and runs the connector's indexer on each with a timeout, in a task of
-its own. Meanwhile the worker keeps the batch: it records results as they come (in small
-groups, at least every :data:`FLUSH_SECONDS`) and renews the lease every third of
-``lease_seconds``, so a lease expires only when its worker is gone, whatever the speed of the
-indexer. A result written after an abort or a delete (the document is no longer ``running``
-under this lease) is refused by the store; a renewal that finds none of the batch's
-documents still held cancels the indexing. A sweeper returns documents whose lease expired
-(their worker died) to ``pending`` and re-enqueues them, and purges tombstones (``deleted``
-documents) older than the retention.
+``pending → running``) and runs the connector's indexer over them in a task of its own:
+document by document, or in batch calls for an indexer that takes batches, each call with a
+timeout (:mod:`syncd.indexing`). Meanwhile the worker keeps the batch: it records results as
+they come (in small groups, at least every :data:`FLUSH_SECONDS`) and renews the lease every
+third of ``lease_seconds``, so a lease expires only when its worker is gone, whatever the
+speed of the indexer. A result written after an abort or a delete (the document is no longer
+``running`` under this lease) is refused by the store; a renewal that finds none of the
+batch's documents still held cancels the indexing. A sweeper returns documents whose lease
+expired (their worker died) to ``pending`` and re-enqueues them, and purges tombstones
+(``deleted`` documents) older than the retention.
 
 A document whose ``op`` is ``delete`` (DESIGN.md §11) travels the same way — claimed, leased,
-fenced — and is deleted through the indexer's ``delete(document)``; it then reads
-``deleted``. An indexer without ``delete`` (its kind does not support it) is not called: the
-document is marked ``deleted``.
+fenced — and is deleted through the indexer's ``delete(document)`` (or ``delete_batch``); it
+then reads ``deleted``. An indexer without ``delete`` (its kind does not support it) is not
+called: the document is marked ``deleted``.
 """
 
 from __future__ import annotations
