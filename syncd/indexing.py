@@ -139,11 +139,15 @@ async def run_indexer(
     removals = (
         [d for d in documents if d.op is DocOp.DELETE] if len(upserts) < len(documents) else []
     )
-    size = getattr(indexer, "batch_size", None) or len(documents)
+    # An indexer's own limit per call; without one, a call takes the whole batch. At 1 its
+    # batch methods are left aside (the webhook's one-document bodies).
+    limit = getattr(indexer, "batch_size", None)
+    batches = limit is None or limit > 1
+    size = max(1, limit or len(documents))
     many: Any
     try:
         if upserts:
-            many = getattr(indexer, "index_batch", None) if size > 1 else None
+            many = getattr(indexer, "index_batch", None) if batches else None
             if many is not None:
                 await run.in_batches(many, upserts, size, DocStatus.INDEXED)
             else:
@@ -151,7 +155,7 @@ async def run_indexer(
         if removals and not deletes:
             run.deleted_without_call(removals)
         elif removals:
-            many = getattr(indexer, "delete_batch", None) if size > 1 else None
+            many = getattr(indexer, "delete_batch", None) if batches else None
             if many is not None:
                 await run.in_batches(many, removals, size, DocStatus.DELETED)
             else:
