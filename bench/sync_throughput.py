@@ -4,6 +4,7 @@
     python bench/sync_throughput.py --records 50000      # a quicker run
     python bench/sync_throughput.py --backend postgres   # PostgreSQL + Redis, bare loop, dlt
     python bench/sync_throughput.py --backend postgres --profile /tmp/prof   # cProfile dumps
+    python bench/sync_throughput.py --indexer webhook --batch-size 100       # webhook, a sink
 
 The source is a local HTTP server in its own process serving pre-rendered pages of ~1 KB
 records. Embedded: the bare loop is aiohttp + ``sqlite3.executemany`` in a thread. PostgreSQL
@@ -11,7 +12,10 @@ records. Embedded: the bare loop is aiohttp + ``sqlite3.executemany`` in a threa
 loop (read-ahead fetch, COPY into a temporary table + ``INSERT … ON CONFLICT``, one ``RPUSH``
 per page), syncd through ``Daemon``, and (b) dlt's ``rest_api`` source in a subprocess
 (``bench/dlt_baseline.py``). Abort latency: ``abort_sync`` → the run's task ended, for a run
-blocked on a page request that never answers. ``bench/README.md`` has the details and figures.
+blocked on a page request that never answers. ``--indexer webhook``: the webhook indexer
+against a local sink (``bench/webhooksink.py``) next to a hand-written loop POSTing the same
+documents one per request at the same concurrency, medians of ``--rounds``.
+``bench/README.md`` has the details and figures.
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from sourceserver import SourceProcess
+from webhooksink import SinkProcess
 
 from syncd.config import Config
 from syncd.daemon import Daemon
@@ -87,9 +92,11 @@ def _proc_cpu(pid: int) -> float:
 @dataclass
 class CpuMeter:
     """CPU seconds spent during a phase by this process, its waited-for children (dlt), the
-    source server, PostgreSQL and Redis. Backends that exit during the phase are missed."""
+    source server, the webhook sink, PostgreSQL and Redis. Backends that exit during the
+    phase are missed."""
 
     source_pid: int | None
+    sink_pid: int | None = None
 
     def snapshot(self) -> dict[str, float]:
         me = resource.getrusage(resource.RUSAGE_SELF)
@@ -98,6 +105,7 @@ class CpuMeter:
             "client": me.ru_utime + me.ru_stime,
             "subprocess": kids.ru_utime + kids.ru_stime,
             "source": _proc_cpu(self.source_pid) if self.source_pid else 0.0,
+            "sink": _proc_cpu(self.sink_pid) if self.sink_pid else 0.0,
             "postgres": 0.0,
             "redis": 0.0,
         }
@@ -197,11 +205,22 @@ async def bare_sqlite(url: str, db: Path) -> tuple[int, float]:
     return count, elapsed
 
 
-def embedded_config(tmp: Path) -> Config:
+def workers_section(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``[workers]`` settings given on the command line."""
+    workers: dict[str, Any] = {}
+    if args.workers is not None:
+        workers["concurrency"] = args.workers
+    if args.worker_batch_size is not None:
+        workers["batch_size"] = args.worker_batch_size
+    return workers
+
+
+def embedded_config(tmp: Path, args: argparse.Namespace) -> Config:
     return Config.from_mapping(
         {
             "store": {"url": f"sqlite:///{tmp / 'syncd.db'}"},
             "queue": {"url": "memory://"},
+            "workers": workers_section(args),
             "log": {"level": "warning"},
         },
         environ={},
@@ -228,13 +247,19 @@ INDEXER = {"type": "store"}
 
 
 async def syncd_run(
-    daemon: Daemon, url: str, total: int, profiler: Profiler | None = None
+    daemon: Daemon,
+    url: str,
+    total: int,
+    profiler: Profiler | None = None,
+    *,
+    indexer: dict[str, Any] | None = None,
+    name: str = "bench",
 ) -> tuple[float, float]:
     """Seconds until the crawl finished, and until every document was indexed."""
     profiler = profiler or Profiler(None)
     daemon.register_indexer("queued", QueuedIndexer)
     c = await daemon.create_connector(
-        {"name": "bench", "source": source_body(url), "indexer": INDEXER}
+        {"name": name, "source": source_body(url), "indexer": indexer or INDEXER}
     )
     profiler.start("crawl")
     started = time.perf_counter()
@@ -309,7 +334,7 @@ async def run_embedded(args: argparse.Namespace) -> None:
         tmp = Path(d)
         await wait_for_source(source.url)
         n, bare = await bare_sqlite(source.url, tmp / "bare.db")
-        async with Daemon(embedded_config(tmp), serve_api=False) as daemon:
+        async with Daemon(embedded_config(tmp, args), serve_api=False) as daemon:
             crawl, indexed = await syncd_run(daemon, source.url, n, Profiler(args.profile))
             aborts = await abort_latencies(daemon, source.url, args.aborts)
 
@@ -563,16 +588,11 @@ async def bare_postgres_copy(
 
 
 def postgres_config(dsn: str, redis_url: str, prefix: str, args: argparse.Namespace) -> Config:
-    workers: dict[str, Any] = {}
-    if args.workers is not None:
-        workers["concurrency"] = args.workers
-    if args.batch_size is not None:
-        workers["batch_size"] = args.batch_size
     return Config.from_mapping(
         {
             "store": {"url": dsn},
             "queue": {"url": redis_url, "prefix": prefix},
-            "workers": workers,
+            "workers": workers_section(args),
             "log": {"level": "warning"},
         },
         environ={},
@@ -701,10 +721,180 @@ async def run_postgres(args: argparse.Namespace) -> None:
         print(f"{phase:>6}: {describe_cpu(cpu, walls.get(phase, 0.0))}")
 
 
+# --- webhook indexer ------------------------------------------------------------------------
+
+
+async def sink_call(sink: SinkProcess, method: str, path: str) -> dict[str, Any]:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.request(method, sink.base + path) as resp,
+    ):
+        resp.raise_for_status()
+        return await resp.json() if resp.status == 200 else {}
+
+
+async def check_sink(sink: SinkProcess, phase: str, n: int) -> None:
+    """Every document arrived at the sink exactly once; then clear its counts."""
+    stats = await sink_call(sink, "GET", "/stats")
+    if stats["distinct"] != n or stats["documents"] != n:
+        raise SystemExit(f"{phase}: the sink received {stats}, expected {n} documents once each")
+    await sink_call(sink, "POST", "/reset")
+
+
+async def wait_for_sink(sink: SinkProcess) -> None:
+    for _ in range(600):
+        try:
+            await sink_call(sink, "GET", "/stats")
+            return
+        except aiohttp.ClientError:
+            await asyncio.sleep(0.05)
+    raise SystemExit("the webhook sink did not start")
+
+
+async def bare_webhook(url: str, sink_url: str, connector_id: str, concurrency: int) -> float:
+    """The hand-written loop: read-ahead page fetches, and ``concurrency`` senders POSTing the
+    documents one per request, each body the webhook's (``op``, ``connector_id``,
+    ``external_id``, ``content_hash`` of the canonical JSON, ``payload``). Seconds taken."""
+    bodies: asyncio.Queue[bytes | None] = asyncio.Queue(maxsize=2000)
+    sha256 = hashlib.sha256
+    headers = {"Content-Type": "application/json"}
+
+    async def fetch_all(session: aiohttp.ClientSession) -> None:
+        cursor: str | None = None
+        while True:
+            params = {"cursor": cursor} if cursor else {}
+            async with session.get(url + "/items", params=params) as resp:
+                resp.raise_for_status()
+                body = orjson.loads(await resp.read())
+            for rec in body["data"]:
+                blob = orjson.dumps(rec, option=orjson.OPT_SORT_KEYS)
+                doc = {
+                    "op": "upsert",
+                    "connector_id": connector_id,
+                    "external_id": rec["id"],
+                    "content_hash": sha256(blob).hexdigest(),
+                    "payload": rec,
+                }
+                await bodies.put(orjson.dumps(doc))
+            cursor = body.get("next_cursor")
+            if not cursor:
+                break
+        for _ in range(concurrency):
+            await bodies.put(None)
+
+    async def send(session: aiohttp.ClientSession) -> None:
+        while (body := await bodies.get()) is not None:
+            async with session.post(sink_url, data=body, headers=headers) as resp:
+                await resp.read()
+                if not 200 <= resp.status < 300:
+                    raise SystemExit(f"hand-written loop: HTTP {resp.status} from the sink")
+
+    started = time.perf_counter()
+    async with aiohttp.ClientSession() as session:
+        await asyncio.gather(fetch_all(session), *(send(session) for _ in range(concurrency)))
+    return time.perf_counter() - started
+
+
+@dataclass
+class Round:
+    """One round of the webhook comparison: seconds and CPU of each phase."""
+
+    hand: float
+    crawl: float
+    indexed: float
+    hand_cpu: dict[str, float]
+    syncd_cpu: dict[str, float]
+
+
+async def webhook_rounds(
+    daemon: Daemon, args: argparse.Namespace, source_url: str, sink: SinkProcess, n: int
+) -> list[Round]:
+    """``args.rounds`` times: the hand-written loop, then syncd's webhook indexer, on the
+    same documents; the sink checked after each phase."""
+    meter = CpuMeter(None, sink.pid)
+    concurrency = daemon.config.workers.concurrency
+    indexer = {"type": "webhook", "url": sink.url, "batch_size": args.batch_size}
+    rounds: list[Round] = []
+    for i in range(args.rounds):
+        hand_cpu: dict[str, float] = {}
+        with meter.measure(hand_cpu):
+            hand = await bare_webhook(source_url, sink.url, f"hand-{i}", concurrency)
+        await check_sink(sink, "hand-written loop", n)
+        syncd_cpu: dict[str, float] = {}
+        profiler = Profiler(args.profile if i == 0 else None)
+        with meter.measure(syncd_cpu):
+            crawl, indexed = await syncd_run(
+                daemon, source_url, n, profiler, indexer=indexer, name=f"bench-{i}"
+            )
+        await check_sink(sink, "syncd", n)
+        rounds.append(Round(hand, crawl, indexed, hand_cpu, syncd_cpu))
+    return rounds
+
+
+def report_webhook(
+    args: argparse.Namespace, n: int, bare: float, bare_label: str, rounds: list[Round]
+) -> None:
+    med = statistics.median
+    hand = med(r.hand for r in rounds)
+    crawl = med(r.crawl for r in rounds)
+    indexed = med(r.indexed for r in rounds)
+    bare_rate, hand_rate, indexed_rate = n / bare, n / hand, n / indexed
+    print(
+        f"records: {n} in pages of {args.page_size} (~1 KB each); webhook batch_size "
+        f"{args.batch_size}; medians of {len(rounds)} rounds (bare storage loop: one run)"
+    )
+    print(rate_line(bare_label, n, bare))
+    print(rate_line("hand-written loop, one POST per document:", n, hand))
+    print(rate_line("syncd crawl (webhook indexer):", n, crawl))
+    print(rate_line("syncd crawl + everything indexed:", n, indexed))
+    target = "(target >= 0.9 at batch_size 1)" if args.batch_size == 1 else ""
+    print(f"ratio everything indexed / hand-written loop: {indexed_rate / hand_rate:5.2f} {target}")
+    target = "(target >= 0.7 at batch_size 100)" if args.batch_size > 1 else ""
+    print(f"ratio everything indexed / bare storage loop: {indexed_rate / bare_rate:5.2f} {target}")
+    for label, key in (("hand", "hand_cpu"), ("syncd", "syncd_cpu")):
+        cpu = {k: med(getattr(r, key)[k] for r in rounds) for k in rounds[0].hand_cpu}
+        per_doc = ", ".join(f"{k} {v / n * 1e6:.0f}" for k, v in cpu.items() if v >= 0.05)
+        print(f"{label:>6}: CPU µs per document (medians): {per_doc}")
+    print(f"load average (1, 5, 15 min) after the run: {os.getloadavg()}")
+
+
+async def run_webhook(args: argparse.Namespace) -> None:
+    """The webhook indexer against a local sink, next to a hand-written POST loop and the
+    backend's bare storage loop."""
+    with (
+        SourceProcess(args.records, args.page_size) as source,
+        SinkProcess() as sink,
+        tempfile.TemporaryDirectory() as d,
+    ):
+        await wait_for_source(source.url)
+        await wait_for_sink(sink)
+        if args.backend == "postgres":
+            async with (
+                throwaway_database(args.postgres_dsn) as dsn,
+                throwaway_prefix(args.redis_url) as prefix,
+            ):
+                n, bare = await bare_postgres(
+                    source.url, dsn, args.redis_url, prefix, CpuMeter(None), {}
+                )
+                await checkpoint(dsn)
+                config = postgres_config(dsn, args.redis_url, prefix, args)
+                async with Daemon(config, serve_api=False) as daemon:
+                    rounds = await webhook_rounds(daemon, args, source.url, sink, n)
+            label = "(a) bare loop (read-ahead, COPY + upsert, RPUSH per page):"
+        else:
+            n, bare = await bare_sqlite(source.url, Path(d) / "bare.db")
+            async with Daemon(embedded_config(Path(d), args), serve_api=False) as daemon:
+                rounds = await webhook_rounds(daemon, args, source.url, sink, n)
+            label = "bare loop (aiohttp + sqlite3.executemany):"
+    report_webhook(args, n, bare, label, rounds)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--backend", choices=("embedded", "postgres"), default="embedded")
-    parser.add_argument("--records", type=int, default=200_000)
+    parser.add_argument(
+        "--records", type=int, help="records to sync (default 200,000; webhook: 50,000)"
+    )
     parser.add_argument("--page-size", type=int, default=500)
     parser.add_argument("--aborts", type=int, default=50)
     parser.add_argument(
@@ -714,23 +904,39 @@ def main() -> None:
     )
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
     parser.add_argument("--workers", type=int, help="syncd [workers] concurrency")
-    parser.add_argument("--batch-size", type=int, help="syncd [workers] batch_size")
+    parser.add_argument("--worker-batch-size", type=int, help="syncd [workers] batch_size")
+    parser.add_argument(
+        "--batch-size",
+        type=int,
+        default=1,
+        help="the webhook indexer's batch_size (--indexer webhook): documents per POST",
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="rounds of the webhook comparison (medians)"
+    )
     parser.add_argument("--no-dlt", action="store_true", help="do not run the dlt baseline")
     parser.add_argument("--dlt-write-disposition", choices=("merge", "append"), default="merge")
     parser.add_argument("--profile", type=Path, help="write cProfile dumps of syncd here")
     parser.add_argument(
         "--indexer",
-        choices=("store", "queued"),
+        choices=("store", "queued", "webhook"),
         default="store",
         help="store: the built-in indexer (indexed on commit); queued: a no-op indexer that "
-        "goes through the queue and the workers",
+        "goes through the queue and the workers; webhook: the webhook indexer against a local "
+        "sink, next to a hand-written loop POSTing the same documents",
     )
     args = parser.parse_args()
     INDEXER["type"] = args.indexer
     configure_logging("warning", "console")
-    if args.backend == "postgres":
+    if args.indexer == "webhook":
+        if args.records is None:
+            args.records = 50_000  # one POST per document: a smaller default run
+        asyncio.run(run_webhook(args))
+    elif args.backend == "postgres":
+        args.records = args.records or 200_000
         asyncio.run(run_postgres(args))
     else:
+        args.records = args.records or 200_000
         asyncio.run(run_embedded(args))
 
 

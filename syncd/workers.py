@@ -2,48 +2,40 @@
 
 Each worker takes a batch of one connector's documents from the queue (the queue is fair
 across connectors), claims the pending ones in the store with a lease (compare-and-set
-``pending → running``) and runs the connector's indexer on each with a timeout, in a task of
-its own. Meanwhile the worker keeps the batch: it records results as they come (in small
-groups, at least every :data:`FLUSH_SECONDS`) and renews the lease every third of
-``lease_seconds``, so a lease expires only when its worker is gone, whatever the speed of the
-indexer. A result written after an abort or a delete (the document is no longer ``running``
-under this lease) is refused by the store; a renewal that finds none of the batch's
-documents still held cancels the indexing. A sweeper returns documents whose lease expired
-(their worker died) to ``pending`` and re-enqueues them, and purges tombstones (``deleted``
-documents) older than the retention.
+``pending → running``) and runs the connector's indexer over them in a task of its own:
+document by document, or in batch calls for an indexer that takes batches, each call with a
+timeout (:mod:`syncd.indexing`). Meanwhile the worker keeps the batch: it records results as
+they come (in small groups, at least every :data:`FLUSH_SECONDS`) and renews the lease every
+third of ``lease_seconds``, so a lease expires only when its worker is gone, whatever the
+speed of the indexer. A result written after an abort or a delete (the document is no longer
+``running`` under this lease) is refused by the store; a renewal that finds none of the
+batch's documents still held cancels the indexing. A sweeper returns documents whose lease
+expired (their worker died) to ``pending`` and re-enqueues them, and purges tombstones
+(``deleted`` documents) older than the retention.
 
 A document whose ``op`` is ``delete`` (DESIGN.md §11) travels the same way — claimed, leased,
-fenced — and is deleted through the indexer's ``delete(document)``; it then reads
-``deleted``. An indexer without ``delete`` (its kind does not support it) is not called: the
-document is marked ``deleted``.
+fenced — and is deleted through the indexer's ``delete(document)`` (or ``delete_batch``); it
+then reads ``deleted``. An indexer without ``delete`` (its kind does not support it) is not
+called: the document is marked ``deleted``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, cast
+from typing import Any
 
 import structlog
 
 from syncd.changes import Notify
 from syncd.errors import SyncdError
-from syncd.indexers.base import DeletingIndexer, Indexer
-from syncd.logs import redact
+from syncd.indexers.base import Indexer
+from syncd.indexing import Result, Tally, run_indexer
 from syncd.metrics import Metrics
-from syncd.models import (
-    Connector,
-    ConnectorStatus,
-    DocOp,
-    DocStatus,
-    Document,
-    new_id,
-    utcnow,
-)
+from syncd.models import Connector, ConnectorStatus, DocStatus, new_id, utcnow
 from syncd.plugins import IndexerKind
 from syncd.queue.base import Batch, WorkQueue
 from syncd.store.base import Store
@@ -53,7 +45,6 @@ log = structlog.get_logger("syncd.workers")
 
 IndexerResolver = Callable[[Connector], tuple[Indexer, IndexerKind]]
 """The connector's indexer and its kind (:class:`syncd.plugins.Indexers`)."""
-Result = tuple[str, DocStatus, str | None]
 
 #: Longest a finished document waits before its result is written to the store.
 FLUSH_SECONDS = 0.2
@@ -62,22 +53,23 @@ FLUSH_SECONDS = 0.2
 @dataclass(eq=False)
 class _Job:
     """One claimed batch being indexed: its lease, its indexing task, and the results that
-    the task produced and the worker has not recorded yet."""
+    the task produced and the worker has not recorded yet (``tally``)."""
 
     connector_id: str
     token: str
     total: int
-    results: list[Result] = field(default_factory=list)
-    produced: int = 0
-    # Documents of the batch that failed, and the first failure: logged once per batch.
-    failed: int = 0
-    first_failure: tuple[str, str | None] | None = None
+    tally: Tally = field(default_factory=Tally)
     task: asyncio.Task[None] = field(init=False)
+
+    @property
+    def results(self) -> list[Result]:
+        """Results produced and not recorded yet."""
+        return self.tally.results
 
     @property
     def indexing(self) -> bool:
         """Whether documents of the batch are still being (or waiting to be) indexed."""
-        return not self.task.done() and self.produced < self.total
+        return not self.task.done() and self.tally.produced < self.total
 
 
 class Workers:
@@ -246,7 +238,15 @@ class Workers:
         job = _Job(cid, token, len(docs))
         # Registered before any further await, so that an abort can always find it.
         job.task = asyncio.create_task(
-            self._index_all(indexer, docs, job, deletes=deletes), name=f"index:{cid}"
+            run_indexer(
+                indexer,
+                docs,
+                job.tally,
+                deletes=deletes,
+                timeout=self._index_timeout,
+                metrics=self._metrics,
+            ),
+            name=f"index:{cid}",
         )
         active = self._active.setdefault(cid, set())
         active.add(job)
@@ -271,7 +271,7 @@ class Workers:
             log.info(
                 "worker.index_cancelled",
                 connector_id=cid,
-                documents=job.total - job.produced,
+                documents=job.total - job.tally.produced,
             )
 
     def _forget(self, job: _Job) -> None:
@@ -340,46 +340,6 @@ class Workers:
             if self._on_push_failed is not None:
                 self._on_push_failed()
 
-    async def _index_all(
-        self, indexer: Indexer, docs: list[Document], job: _Job, *, deletes: bool
-    ) -> None:
-        """Index (or delete) the documents one after the other, adding each result to
-        ``job``. ``deletes``: the indexer has ``delete``; otherwise a delete is only recorded."""
-        observe_ok = self._metrics.index_latency.labels(outcome="indexed").observe
-        observe_failed = self._metrics.index_latency.labels(outcome="failed").observe
-        clock = time.perf_counter
-        for doc in docs:
-            started = clock()
-            result: Result
-            delete = doc.op is DocOp.DELETE
-            try:
-                # asyncio.timeout, not wait_for: no extra task per document.
-                async with asyncio.timeout(self._index_timeout):
-                    if not delete:
-                        await indexer.index(doc)
-                    elif deletes:
-                        # The kind declares it (``supports_delete``): the method is there.
-                        await cast(DeletingIndexer, indexer).delete(doc)
-            except TimeoutError:
-                result = (doc.external_id, DocStatus.FAILED, "Index timeout")
-                observe_failed(clock() - started)
-            except Exception as exc:
-                error = redact(str(exc) or type(exc).__name__)[:500]
-                result = (doc.external_id, DocStatus.FAILED, error)
-                observe_failed(clock() - started)
-            else:
-                if delete:
-                    result = (doc.external_id, DocStatus.DELETED, None)
-                    self._metrics.documents_deleted.inc()
-                else:
-                    result = (doc.external_id, DocStatus.INDEXED, None)
-                observe_ok(clock() - started)
-            if result[1] is DocStatus.FAILED:
-                job.failed += 1
-                job.first_failure = job.first_failure or (doc.external_id, result[2])
-            job.results.append(result)
-            job.produced += 1
-
     async def _release(self, connector_id: str, token: str) -> None:
         """Give back documents claimed under ``token`` (shutdown): expire the lease now, and
         let the sweep return them to pending."""
@@ -436,12 +396,12 @@ class Workers:
 def _log_failures(job: _Job) -> None:
     """One warning for the documents of a batch that failed to index: how many, and the
     first one with its error (a webhook that is down fails every document the same way)."""
-    if job.first_failure is not None:
-        document, error = job.first_failure
+    if job.tally.first_failure is not None:
+        document, error = job.tally.first_failure
         log.warning(
             "worker.index_failed",
             connector_id=job.connector_id,
-            count=job.failed,
+            count=job.tally.failed,
             batch=job.total,
             first_document=document,
             first_error=error,

@@ -350,6 +350,10 @@ return 0
 _SLOT_POLL_SECONDS = 0.05
 # After Redis failed, budgets are applied in process for this long before trying it again.
 _OUTAGE_SECONDS = 5.0
+# A host without a budget of its own can only be held by a cooldown: another instance's is
+# read from Redis at most this often (and kept here), so that requests to such a host (a
+# webhook's POSTs) do not each cost a round trip, serialised per host.
+_COOLDOWN_POLL_SECONDS = 0.25
 
 
 @dataclass
@@ -381,6 +385,9 @@ class RedisHostBudgets:
     so only one of them asks Redis. (An acquire cancelled while its script runs may have
     taken a token and a slot; that slot is not renewed and comes back after ``slot_ttl``.)
 
+    A host without a budget (no entry) is held only by cooldowns: this instance's apply at
+    once, another instance's are read from Redis at most every 0.25 s, not once per request.
+
     When Redis fails, the budgets are applied in process (each instance on its own: a host
     may then see up to the number of instances times its rate) for a few seconds before Redis
     is tried again (a warning each time Redis is found unreachable).
@@ -405,6 +412,8 @@ class RedisHostBudgets:
         self._down_until = -math.inf
         self._waiters: dict[str, _Waiters] = {}
         self._renewer: asyncio.Task[None] | None = None
+        # host -> when to read its cooldown from Redis again (hosts without a budget).
+        self._poll_at: dict[str, float] = {}
         # The driver's errors, known once ``open`` has imported it (lazily, like the queue).
         self._errors: tuple[type[BaseException], ...] = (OSError,)
 
@@ -448,6 +457,8 @@ class RedisHostBudgets:
     async def acquire(self, key: str, *, on_wait: OnWait | None = None) -> Lease:
         """See :meth:`HostBudgets.acquire`."""
         budget = self.hosts.get(key)
+        if budget is None:
+            return await self._acquire_unbudgeted(key, on_wait)
         rate = budget.rate if budget is not None else 0.0
         burst = budget.burst if budget is not None else 1
         limit = budget.concurrency if budget is not None and budget.concurrency else 0
@@ -486,6 +497,26 @@ class RedisHostBudgets:
         waiters.held.add(lease_id)
         self._start_renewer()
         return Lease(lambda: self._release(key, waiters, lease_id))
+
+    async def _acquire_unbudgeted(self, key: str, on_wait: OnWait | None) -> Lease:
+        """A host without a budget: wait out its cooldown, this instance's at once, another
+        instance's as read from Redis at most every :data:`_COOLDOWN_POLL_SECONDS`."""
+        while True:
+            now = time.monotonic()
+            if self._usable() and now >= self._poll_at.get(key, -math.inf):
+                self._poll_at[key] = now + _COOLDOWN_POLL_SECONDS
+                try:
+                    left = float(await self._run("cooldown", [self._keys(key)[1]], [0])) / 1000
+                except self._errors as exc:
+                    self._outage(exc)
+                else:
+                    if left > 0:
+                        await self._local.cooldown(key, left)
+            lease = await self._local.acquire(key, on_wait=on_wait)
+            # After a wait longer than the poll interval, the cooldown may have been
+            # lengthened elsewhere: look again.
+            if not self._usable() or time.monotonic() < self._poll_at.get(key, -math.inf):
+                return lease
 
     async def _release(self, key: str, waiters: _Waiters, lease_id: str) -> None:
         waiters.held.discard(lease_id)

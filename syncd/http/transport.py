@@ -354,6 +354,7 @@ class Transport:
         on_wait: OnWait | None = None,
         data: Mapping[str, str] | None = None,
         idempotent: bool | None = None,
+        content: bytes | None = None,
     ) -> Response:
         """Send a request and read the whole response.
 
@@ -363,11 +364,13 @@ class Transport:
         ``on_wait(reason, seconds)`` is told of each retry wait and each wait for a host's
         budget or cooldown (so a sync can show it).
         ``data`` is sent as an ``application/x-www-form-urlencoded`` body (not with ``json``).
+        ``content`` is a body already encoded (the caller's headers give its Content-Type),
+        sent as it is and otherwise treated like ``json`` (e.g. on a redirect).
         ``idempotent`` overrides whether the request may be sent again after a failure
         (default: by its method); e.g. an OAuth2 token POST is safe to repeat.
         """
-        if json is not None and data is not None:
-            raise ValueError("give json or data, not both")
+        if sum(body is not None for body in (json, data, content)) > 1:
+            raise ValueError("give one of json, data and content")
         session = self._session
         if session is None:
             raise RuntimeError("Transport is not open: await transport.open() first")
@@ -380,7 +383,16 @@ class Transport:
         while True:
             try:
                 answer = await self._send(
-                    session, method, url, params, headers, json, client_timeout, on_wait, data
+                    session,
+                    method,
+                    url,
+                    params,
+                    headers,
+                    json,
+                    client_timeout,
+                    on_wait,
+                    data,
+                    content,
                 )
             except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as exc:
                 error, retryable = _translate(exc, method, url)
@@ -430,6 +442,7 @@ class Transport:
         client_timeout: aiohttp.ClientTimeout | None,
         on_wait: OnWait | None = None,
         data: Mapping[str, str] | None = None,
+        content: bytes | None = None,
     ) -> _Answer:
         """One attempt: the request and the redirects it leads to, the last answer read.
         Each hop draws from its host's budget."""
@@ -447,6 +460,8 @@ class Transport:
                 kwargs["json"] = json
             if data is not None:
                 kwargs["data"] = dict(data)
+            elif content is not None:
+                kwargs["data"] = content
             hop_headers = headers if trusted else None
             if hop == 0:
                 kwargs["params"] = params
@@ -470,7 +485,7 @@ class Transport:
             if (resp.status == 303 and method != "HEAD") or (
                 resp.status in (301, 302) and method == "POST"
             ):
-                method, json, data = "GET", None, None
+                method, json, data, content = "GET", None, None, None
             if trusted and following.origin() != origin:
                 if data is not None:
                     raise SourceError(

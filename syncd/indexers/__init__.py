@@ -2,10 +2,27 @@
 
 from __future__ import annotations
 
-from syncd.indexers.base import Indexer, IndexerContext, IndexerFactory
+from syncd.indexers.base import (
+    BatchDeletingIndexer,
+    BatchFailures,
+    BatchIndexer,
+    DeletingIndexer,
+    Indexer,
+    IndexerContext,
+    IndexerFactory,
+)
 from syncd.indexers.store import StoreIndexer
 from syncd.indexers.webhook import WebhookIndexer
 
 BUILTIN_INDEXERS: dict[str, IndexerFactory] = {"store": StoreIndexer, "webhook": WebhookIndexer}
 
-__all__ = ["BUILTIN_INDEXERS", "Indexer", "IndexerContext", "IndexerFactory"]
+__all__ = [
+    "BUILTIN_INDEXERS",
+    "BatchDeletingIndexer",
+    "BatchFailures",
+    "BatchIndexer",
+    "DeletingIndexer",
+    "Indexer",
+    "IndexerContext",
+    "IndexerFactory",
+]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -38,6 +38,40 @@ class DeletingIndexer(Indexer, Protocol):
     """An indexer that also removes documents from its index."""
 
     async def delete(self, document: Document) -> None: ...
+
+
+BatchFailures = Mapping[str, str] | None
+"""What a batch call returns: the documents of the batch that failed, external id → error
+(``None`` or an empty mapping: every document succeeded)."""
+
+
+@runtime_checkable
+class BatchIndexer(Indexer, Protocol):
+    """An indexer that also takes documents in batches (DESIGN.md §7).
+
+    Workers call ``index_batch`` with up to ``batch_size`` documents (and never more than
+    one worker batch, ``[workers] batch_size``) under one ``index_timeout`` for the call.
+    It returns the failures, external id → error: those documents are marked ``failed``
+    with the error, the others ``indexed``; ids not in the batch are ignored. Raising (or
+    the call timing out) fails every document of the call with that error. Cancelling the
+    call (an abort) cancels the work in flight.
+
+    ``batch_size`` (read once per worker batch; absent: no limit of its own) is the most
+    documents per call; at 1 the worker calls ``index`` (and ``delete``) per document
+    instead. Deletions go through ``delete_batch`` the same way when the indexer has it
+    (:class:`BatchDeletingIndexer`); an indexer that deletes without ``delete_batch`` gets
+    ``delete`` per document.
+    """
+
+    async def index_batch(self, documents: Sequence[Document]) -> BatchFailures: ...
+
+
+@runtime_checkable
+class BatchDeletingIndexer(DeletingIndexer, Protocol):
+    """An indexer that also deletes documents in batches (same contract as
+    :meth:`BatchIndexer.index_batch`; success marks the documents ``deleted``)."""
+
+    async def delete_batch(self, documents: Sequence[Document]) -> BatchFailures: ...
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,7 @@ from syncd.schema.fields import (
     Params,
     Start,
     TimeoutSeconds,
+    _int_between,
     absent,
     fail_at,
     ref_pattern,
@@ -45,6 +46,7 @@ from syncd.schema.fields import (
 from syncd.schema.patterns import URL_PATTERN
 
 __all__ = [
+    "WEBHOOK_BATCH_MAX",
     "CursorPagination",
     "HttpSourceConfig",
     "Incremental",
@@ -359,9 +361,20 @@ class StoreIndexerConfig(KindConfig):
     type: Literal["store"]
 
 
+#: Most documents one webhook POST carries.
+WEBHOOK_BATCH_MAX = 1000
+
+WebhookBatchSize = Annotated[
+    int,
+    Field(strict=True, ge=1, le=WEBHOOK_BATCH_MAX),
+    BeforeValidator(_int_between(1, WEBHOOK_BATCH_MAX)),
+]
+
+
 class WebhookIndexerConfig(KindConfig):
     """POSTs each document (``{"op", "connector_id", "external_id", "content_hash",
-    "payload"}``) to ``url``; a 2xx answer means indexed."""
+    "payload"}``) to ``url``, or with ``batch_size`` > 1 up to that many in one POST
+    (``{"op", "documents": [...]}``); a 2xx answer means indexed."""
 
     type: Literal["webhook"]
     url: HttpUrl = Field(
@@ -373,4 +386,11 @@ class WebhookIndexerConfig(KindConfig):
         description="Request headers; values are secrets and may hold `${env:NAME}` / "
         "`${file:/path}`, resolved per request.",
         examples=[{"X-Hook-Key": "${file:/run/secrets/hook_key}"}],
+    )
+    batch_size: WebhookBatchSize = Field(
+        1,
+        description="Documents per POST. 1: one document per POST, its object as the body. "
+        'More: `{"op", "documents": [...]}` with up to this many (at most the workers\' '
+        "`batch_size`); the answer may give per-document results.",
+        examples=[100],
     )

@@ -267,7 +267,9 @@ class SQLiteStore:
 
     async def count_admissible(self, now: datetime, *, limit: int) -> int:
         """Connectors due or queued at ``now``, at most ``limit``."""
-        found = await self._db.reader.fetch_value(sql.COUNT_ADMISSIBLE, now=encode_dt(now), limit=limit)
+        found = await self._db.reader.fetch_value(
+            sql.COUNT_ADMISSIBLE, now=encode_dt(now), limit=limit
+        )
         return int(found or 0)
 
     async def claim_due(
