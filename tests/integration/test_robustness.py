@@ -128,6 +128,9 @@ async def test_a_cancelled_trigger_never_leaves_an_orphaned_run(
             await asyncio.sleep(0)
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+        # The claim is shielded and may still be committing: reads do not wait for a write
+        # in flight (they have connections of their own), so wait for the writer first.
+        await daemon.store.ping()
         stored = await daemon.get_connector(c.id)
         if stored.sync_status is SyncStatus.RUNNING:
             # Claimed: then it runs here, and an abort stops it.
