@@ -136,6 +136,8 @@ class FakeApi:
     seen: list[Seen] = field(default_factory=list)
     hang: asyncio.Event = field(default_factory=asyncio.Event)
     preview_answer: dict[str, Any] = field(default_factory=dict)
+    # Answer a sync as queued (no free run slot), as admission control does.
+    queue_syncs: bool = False
 
     def requests(self, method: str) -> list[Seen]:
         return [s for s in self.seen if s.method == method]
@@ -240,6 +242,10 @@ class FakeApi:
         if found["sync_status"] == "running":
             body = {"detail": "Sync already in progress", "run_id": found["run_id"]}
             return web.json_response(body, status=409)
+        if self.queue_syncs:
+            found.update(sync_status="queued")
+            body = {"connector_id": found["id"], "run_id": None, "sync_status": "queued"}
+            return web.json_response(body, status=202)
         found.update(sync_status="running", run_id="r-new")
         self.sync_started = True
         body = {"connector_id": found["id"], "run_id": "r-new", "sync_status": "running"}
@@ -585,6 +591,16 @@ async def test_sync_by_name(fake: tuple[FakeApi, str]) -> None:
     result = await syncd("sync", "tickets", "--url", url)
     assert (result.code, result.out, result.err) == (0, "sync started: run r-new\n", "")
     assert [s.path for s in api.requests("POST")] == ["/connectors/c1/sync"]
+
+
+async def test_sync_queued_without_a_free_slot(fake: tuple[FakeApi, str]) -> None:
+    api, url = fake
+    api.queue_syncs = True
+    result = await syncd("sync", "tickets", "--url", url)
+    assert (result.code, result.err) == (0, "")
+    assert result.out == "sync queued: it starts when a run slot frees\n"
+    result = await syncd("sync", "c2", "--url", url, "--json")
+    assert json.loads(result.out)["sync_status"] == "queued"
 
 
 async def test_sync_refused(fake: tuple[FakeApi, str]) -> None:
