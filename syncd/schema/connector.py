@@ -8,9 +8,9 @@ of (kind name, config model) and cached.
 
 The JSON Schema (2020-12) says what the server accepts, with gaps it cannot express, where
 the server alone decides: cron expressions and time zone names, URL ports and host names
-(IDNA), the length of a name once its surrounding blanks are stripped (the pattern
-approximates ``str.strip()`` with ``\\s``), and, in configs without a model (plugins), the
-rules every value obeys (no NUL or lone surrogate in any string or key, 64-bit integers,
+(IDNA), the length of a name once its surrounding ASCII blanks are stripped (the pattern
+knows the blanks but cannot count what is left), and, in configs without a model (plugins),
+the rules every value obeys (no NUL or lone surrogate in any string or key, 64-bit integers,
 nesting of at most 32 levels). Every string the models describe refuses NUL.
 """
 

@@ -57,7 +57,14 @@ NO_NUL = "^[^\\u0000]*$"
 _HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 HEADER_NAME_PATTERN = "^[!#$%&'*+\\-.^_`|~0-9A-Za-z]+$"
 PATH_PATTERN = "^[^.\\u0000]+(\\.[^.\\u0000]+)*$"
-NAME_PATTERN = "^\\s*[^\\s\\u0000]([^\\u0000]{0,198}[^\\s\\u0000])?\\s*$"
+# The blanks a name is stripped of: the ASCII ones, spelled out, because regular expression
+# engines disagree about what "\\s" covers (Python's includes \x1c-\x1f and \x85, ECMA's
+# does not), and the description must accept exactly what the server accepts.
+NAME_BLANKS = " \t\n\v\f\r"
+NAME_PATTERN = (
+    "^[ \\t\\n\\v\\f\\r]*[^ \\t\\n\\v\\f\\r\\u0000]"
+    "([^\\u0000]{0,198}[^ \\t\\n\\v\\f\\r\\u0000])?[ \\t\\n\\v\\f\\r]*$"
+)
 
 
 def ref_pattern(excluded: str = "") -> str:
@@ -284,7 +291,7 @@ def _name(value: Any) -> Any:
     if not isinstance(value, str):
         fail(MSG_STRING)
     # Surrounding blanks would make two names that look identical differ.
-    name = value.strip()
+    name = value.strip(NAME_BLANKS)
     if not name:
         fail("Must not be empty")
     if len(name) > NAME_MAX_LENGTH:
