@@ -58,6 +58,9 @@ class Scheduler:
         # Whether the last tick left work it had no slot for: then a freed slot wakes the
         # scheduler at once instead of waiting for the next tick.
         self._backlog = False
+        #: Ticks of :meth:`run` completed (a caller driving :meth:`tick` itself can wait for
+        #: the loop's catch-up tick first).
+        self.loop_ticks = 0
         engine.on_slot_free = self.slot_freed
 
     async def run(self) -> None:
@@ -80,6 +83,7 @@ class Scheduler:
                     error=str(exc),
                     exc_info=not isinstance(exc, SyncdError),
                 )
+            self.loop_ticks += 1
             delay = max(0.0, self.tick_seconds - (loop.time() - started))
             if not self._nudge.is_set():
                 with contextlib.suppress(TimeoutError):
