@@ -83,14 +83,20 @@ async def list_connectors(request: web.Request) -> web.Response:
     rows, next_cursor = await listing(
         daemon.list_connectors_with_counts(status=status, limit=limit, cursor=cursor)
     )
-    data = [views.connector_json(c, counts) for c, counts in rows]
-    return web.json_response({"data": data, "next_cursor": next_cursor})
+    # The text json_response would write, encoded for less CPU (views.connector_text).
+    data = [views.connector_text(c, counts) for c, counts in rows]
+    return _json_text(views.connectors_page_text(data, next_cursor))
 
 
 async def get_connector(request: web.Request) -> web.Response:
     """``GET /connectors/{id}``."""
     connector, counts = await service_of(request).get_connector_with_counts(path_id(request))
-    return web.json_response(views.connector_json(connector, counts))
+    return _json_text(views.connector_text(connector, counts))
+
+
+def _json_text(text: str) -> web.Response:
+    # What web.json_response builds around its json.dumps text.
+    return web.Response(text=text, content_type="application/json")
 
 
 async def update_connector(request: web.Request) -> web.Response:
