@@ -65,14 +65,13 @@ def _timestamp(value: datetime) -> str:
     return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
-def connector_json(connector: Connector, counts: Mapping[DocStatus, int]) -> dict[str, Any]:
-    """A connector as the API returns it, with its document counts per status."""
-    c = connector
+def _head(c: Connector) -> dict[str, Any]:
+    """The fields of a connector's answer before ``source`` and ``indexer``."""
     return {
         "id": c.id,
         "name": c.name,
-        "status": c.status.value,
-        "sync_status": c.sync_status.value,
+        "status": _VALUES[c.status],
+        "sync_status": _VALUES[c.sync_status],
         "last_error": c.last_error,
         "run_id": c.run_id,
         "sync_started_at": timestamp(c.sync_started_at),
@@ -83,8 +82,12 @@ def connector_json(connector: Connector, counts: Mapping[DocStatus, int]) -> dic
         "next_run_at": timestamp(c.next_run_at),
         "created_at": timestamp(c.created_at),
         "updated_at": timestamp(c.updated_at),
-        "source": redact_source(c.source),
-        "indexer": redact_indexer(c.indexer),
+    }
+
+
+def _tail(c: Connector, counts: Mapping[DocStatus, int]) -> dict[str, Any]:
+    """The fields of a connector's answer after ``source`` and ``indexer``."""
+    return {
         "page_retries": c.page_retries,
         "page_retry_backoff": c.page_retry_backoff,
         "throttle_seconds": c.throttle_seconds,
@@ -98,11 +101,22 @@ def connector_json(connector: Connector, counts: Mapping[DocStatus, int]) -> dic
         "waiting": (
             None
             if c.waiting is None
-            else {"reason": c.waiting.reason.value, "until": timestamp(c.waiting.until)}
+            else {"reason": _VALUES[c.waiting.reason], "until": timestamp(c.waiting.until)}
         ),
         "sync_owner": c.sync_owner,
         "sync_heartbeat_at": timestamp(c.sync_heartbeat_at),
-        "documents": {status.value: int(counts.get(status, 0)) for status in DocStatus},
+        "documents": {value: int(counts.get(status, 0)) for status, value in _DOC_STATUSES},
+    }
+
+
+def connector_json(connector: Connector, counts: Mapping[DocStatus, int]) -> dict[str, Any]:
+    """A connector as the API returns it, with its document counts per status."""
+    c = connector
+    return {
+        **_head(c),
+        "source": redact_source(c.source),
+        "indexer": redact_indexer(c.indexer),
+        **_tail(c, counts),
     }
 
 
@@ -114,46 +128,7 @@ def connector_text(connector: Connector, counts: Mapping[DocStatus, int]) -> str
     every page of a run. The rest is encoded as two objects, spliced around them.
     """
     c = connector
-    head = _ENCODE(
-        {
-            "id": c.id,
-            "name": c.name,
-            "status": _VALUES[c.status],
-            "sync_status": _VALUES[c.sync_status],
-            "last_error": c.last_error,
-            "run_id": c.run_id,
-            "sync_started_at": timestamp(c.sync_started_at),
-            "sync_queued_at": timestamp(c.sync_queued_at),
-            "last_synced_at": timestamp(c.last_synced_at),
-            "sync_schedule": c.sync_schedule,
-            "sync_timezone": c.sync_timezone,
-            "next_run_at": timestamp(c.next_run_at),
-            "created_at": timestamp(c.created_at),
-            "updated_at": timestamp(c.updated_at),
-        }
-    )
-    tail = _ENCODE(
-        {
-            "page_retries": c.page_retries,
-            "page_retry_backoff": c.page_retry_backoff,
-            "throttle_seconds": c.throttle_seconds,
-            "retry_on_status": list(c.retry_on_status),
-            "prune": c.prune,
-            "prune_max_fraction": c.prune_max_fraction,
-            "full_crawl_schedule": c.full_crawl_schedule,
-            "deletions_held": c.deletions_held,
-            "hash_fields": None if c.hash_fields is None else list(c.hash_fields),
-            "progress": {"pages": c.progress.pages, "documents": c.progress.documents},
-            "waiting": (
-                None
-                if c.waiting is None
-                else {"reason": _VALUES[c.waiting.reason], "until": timestamp(c.waiting.until)}
-            ),
-            "sync_owner": c.sync_owner,
-            "sync_heartbeat_at": timestamp(c.sync_heartbeat_at),
-            "documents": {value: int(counts.get(status, 0)) for status, value in _DOC_STATUSES},
-        }
-    )
+    head, tail = _ENCODE(_head(c)), _ENCODE(_tail(c, counts))
     source, indexer = masked_config_text(c.source), masked_config_text(c.indexer)
     return f'{head[:-1]}, "source": {source}, "indexer": {indexer}, {tail[1:]}'
 
