@@ -37,6 +37,7 @@ from syncd.indexers.base import IndexerContext, IndexerFactory
 from syncd.maintenance import Maintenance
 from syncd.metrics import Metrics, refresh_forever, watch_loop_lag
 from syncd.models import Connector, ConnectorStatus, DocStatus, Document, Run, new_id, utcnow
+from syncd.pacing import Pacer
 from syncd.plugins import IndexerKind, Indexers, Registry, SourceKind
 from syncd.queue import WorkQueue, open_queue
 from syncd.scheduler import Scheduler
@@ -74,6 +75,8 @@ class Daemon:
         self.metrics = Metrics(per_connector=self.config.metrics.per_connector)
         self.registry = Registry.builtin()
         self.changes = ChangeFeed()
+        # The API's requests go before the crawls' and workers' steps on the one loop.
+        self.pacer = Pacer()
         self._api_sockets = list(api_sockets)
         self._serve_api = serve_api
         self._started = False
@@ -182,7 +185,7 @@ class Daemon:
             spawn("instance-heartbeat", self._heartbeat_forever)
             if self._serve_api:
                 self.api_runner = await start_api(
-                    build_app(self.service, self, cfg.api, access=cfg.log.access),
+                    build_app(self.service, self, cfg.api, access=cfg.log.access, pacer=self.pacer),
                     cfg.api.listen,
                     token=cfg.api.token,
                     socks=self._api_sockets,
@@ -221,6 +224,7 @@ class Daemon:
             on_change=notify,
             on_push_failed=rebuild,
             max_runs=cfg.sync.max_concurrent_runs,
+            pacer=self.pacer,
         )
         indexers = Indexers(
             self.registry,
@@ -245,6 +249,7 @@ class Daemon:
             deleted_retention=timedelta(days=cfg.documents.deleted_retention_days),
             on_change=notify,
             on_push_failed=rebuild,
+            pacer=self.pacer,
         )
         self.scheduler = Scheduler(
             store=self.store,

@@ -17,6 +17,7 @@ from dataclasses import replace
 from typing import Any
 
 from syncd.models import DocumentInput, Rejection, document_inputs
+from syncd.pacing import Pacer
 
 __all__ = ["SLICE_SECONDS", "Preparer"]
 
@@ -29,8 +30,10 @@ class Preparer:
     """:func:`~syncd.models.document_inputs` in slices of loop time, shared by the runs of
     one engine (one event loop)."""
 
-    def __init__(self, slice_seconds: float = SLICE_SECONDS) -> None:
+    def __init__(self, slice_seconds: float = SLICE_SECONDS, pacer: Pacer | None = None) -> None:
         self._slice = slice_seconds
+        # Requests in flight go first (each chunk waits its turn).
+        self._pacer = pacer or Pacer()
         self._turn = asyncio.Lock()
         # Records per chunk, adapted to the records' cost as measured.
         self._chunk = _FIRST_CHUNK
@@ -45,6 +48,7 @@ class Preparer:
         start, total = 0, len(records)
         while True:
             async with self._turn:
+                await self._pacer.turn()
                 size = self._chunk
                 began = time.perf_counter()
                 part, refused = document_inputs(

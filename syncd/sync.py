@@ -46,6 +46,7 @@ from syncd.models import (
     new_id,
     utcnow,
 )
+from syncd.pacing import Pacer
 from syncd.plugins import Registry
 from syncd.prepare import Preparer
 from syncd.queue.base import WorkQueue
@@ -92,6 +93,7 @@ class SyncEngine:
         on_change: Notify | None = None,
         on_push_failed: Callable[[], None] | None = None,
         max_runs: int = 32,
+        pacer: Pacer | None = None,
     ) -> None:
         self._store = store
         self._queue = queue
@@ -102,8 +104,10 @@ class SyncEngine:
         self._heartbeat_seconds = heartbeat_seconds
         self._on_push_failed = on_push_failed
         self._runs: dict[str, _Handle] = {}
+        # Background steps wait for the API's requests in flight (bounded; see pacing).
+        self._pacer = pacer or Pacer()
         # One run's records become documents at a time, in slices of loop time.
-        self._preparer = Preparer()
+        self._preparer = Preparer(pacer=self._pacer)
         # Every run task of this instance, including runs replaced by a stale-lock takeover
         # (no longer in ``_runs``), so that a stop waits for all of them.
         self._handles: set[_Handle] = set()
@@ -331,6 +335,7 @@ class SyncEngine:
                 yield _Prepared(
                     page.next_cursor, docs, _checkpoint(source), tuple(rejected), tuple(gone)
                 )
+                await self._pacer.turn()  # before the next fetch (and its decoding)
 
         reader = _read_ahead(prepared(), name=f"fetch:{cid}")
         async with contextlib.aclosing(reader):
@@ -346,6 +351,7 @@ class SyncEngine:
         cid, run_id = connector.id, handle.run_id
         async for item in items:
             self._metrics.pages.inc()
+            await self._pacer.turn()
             ids = await self._store.commit_page(
                 cid,
                 run_id,

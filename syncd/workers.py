@@ -36,6 +36,7 @@ from syncd.indexers.base import Indexer
 from syncd.indexing import Result, Tally, run_indexer
 from syncd.metrics import Metrics
 from syncd.models import Connector, ConnectorStatus, DocStatus, new_id, utcnow
+from syncd.pacing import Pacer
 from syncd.plugins import IndexerKind
 from syncd.queue.base import Batch, WorkQueue
 from syncd.store.base import Store
@@ -90,8 +91,11 @@ class Workers:
         on_change: Notify | None = None,
         on_push_failed: Callable[[], None] | None = None,
         deleted_retention: timedelta | None = None,
+        pacer: Pacer | None = None,
     ) -> None:
         self._store = store
+        # A worker takes its next batch once the API's requests in flight are served.
+        self._pacer = pacer or Pacer()
         self._deleted_retention = deleted_retention
         self._queue = queue
         self._indexer_for = indexer_for
@@ -160,6 +164,7 @@ class Workers:
         me = asyncio.current_task()
         assert me is not None
         while not self._stopping.is_set():
+            await self._pacer.turn()
             self._waiting.add(me)
             try:
                 batch = await self._queue.pop(self._batch_size, self._poll_timeout)

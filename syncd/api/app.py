@@ -3,6 +3,8 @@
 ``build_app(daemon)`` registers every route of :data:`syncd.api.routes.ROUTES` and serves the
 OpenAPI document generated from that same table. Middlewares, outermost first:
 
+- pacing (with a :class:`~syncd.pacing.Pacer`): the request counts as in flight until its
+  handler returns or its answer starts (a stream), and background work waits meanwhile;
 0. access (only with ``log.access``): one structured ``api.access`` debug line per request
    (method, path, status, duration_ms), instead of aiohttp's Apache-style access log;
 1. metrics: request latency per canonical route pattern, method and status;
@@ -20,7 +22,7 @@ import asyncio
 import hmac
 import logging
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -43,6 +45,7 @@ from syncd.errors import (
     ValidationError,
 )
 from syncd.metrics import Metrics
+from syncd.pacing import Pacer
 from syncd.schema import model_json_schemas
 from syncd.service import ConnectorService
 
@@ -58,11 +61,17 @@ _LOC_ROOTS = ("body", "query", "path")
 
 
 def build_app(
-    service: ConnectorService, system: System, api: ApiConfig, *, access: bool = False
+    service: ConnectorService,
+    system: System,
+    api: ApiConfig,
+    *,
+    access: bool = False,
+    pacer: Pacer | None = None,
 ) -> web.Application:
     """The control API application: ``service``'s operations, ``system``'s readiness and
     metrics, configured by the ``[api]`` section; ``access`` (``log.access``) logs one
-    structured ``api.access`` line per request."""
+    structured ``api.access`` line per request; with ``pacer``, background work yields to
+    requests in flight."""
     middlewares: list[Middleware] = [
         _metrics_middleware(system.metrics),
         _error_middleware(api.max_body_bytes),
@@ -72,6 +81,8 @@ def build_app(
         # debug lines, yet asked for: let them through whatever the root level.
         logging.getLogger(ACCESS_LOGGER).setLevel(logging.DEBUG)
         middlewares.insert(0, _access_middleware())
+    if pacer is not None:
+        middlewares.insert(0, _pacing_middleware(pacer))
     # api.public_health: readiness probes (a load balancer's, say) hold no token either.
     table = [
         replace(r, auth=False) if api.public_health and r.path == "/readyz" else r for r in ROUTES
@@ -84,6 +95,8 @@ def build_app(
         public |= {na for routes, na in paths.values() if not any(r.auth for r in routes)}
         middlewares.append(_auth_middleware(api.token, public))
     app = web.Application(client_max_size=api.max_body_bytes, middlewares=middlewares)
+    if pacer is not None:
+        app.on_response_prepare.append(_answer_started(pacer))
     app[SERVICE] = service
     app[SYSTEM] = system
     # Concrete paths first: as in OpenAPI, `/connectors/preview` is that path, not
@@ -173,6 +186,40 @@ def _metrics_middleware(metrics: Metrics) -> Middleware:
 def _observe(metrics: Metrics, request: web.Request, status: int, started: float) -> None:
     elapsed = time.perf_counter() - started
     metrics.observe_request(_route_label(request), request.method, status, elapsed)
+
+
+# A plain string key: aiohttp's typed RequestKey is newer than the oldest aiohttp supported.
+_IN_FLIGHT = "syncd.in_flight"
+
+
+def _pacing_middleware(pacer: Pacer) -> Middleware:
+    @web.middleware
+    async def pacing(request: web.Request, handler: Handler) -> web.StreamResponse:
+        pacer.begin()
+        request[_IN_FLIGHT] = True
+        try:
+            return await handler(request)
+        finally:
+            _served(pacer, request)
+
+    return pacing
+
+
+def _answer_started(
+    pacer: Pacer,
+) -> Callable[[web.Request, web.StreamResponse], Awaitable[None]]:
+    async def started(request: web.Request, response: web.StreamResponse) -> None:
+        # A stream (the events) is served from its first byte on, for as long as the client
+        # listens: background work must not wait for it.
+        _served(pacer, request)
+
+    return started
+
+
+def _served(pacer: Pacer, request: web.Request) -> None:
+    if request.get(_IN_FLIGHT):
+        request[_IN_FLIGHT] = False
+        pacer.end()
 
 
 def _access_middleware() -> Middleware:

@@ -42,6 +42,9 @@ _KEY_OPTIONS = (
     | orjson.OPT_PASSTHROUGH_DATACLASS
 )
 _masked_texts: dict[bytes, str] = {}
+#: Connectors' answers by the identity of the connector (see :func:`connector_text`).
+CONNECTOR_TEXTS_SIZE = 1024
+_connector_texts: dict[int, tuple[Connector, Mapping[DocStatus, int], str]] = {}
 # ``member.value`` is a descriptor call each time; these are plain lookups.
 _VALUES: dict[Enum, str] = {
     m: m.value for enum in (ConnectorStatus, SyncStatus, WaitReason) for m in enum
@@ -128,9 +131,19 @@ def connector_text(connector: Connector, counts: Mapping[DocStatus, int]) -> str
     every page of a run. The rest is encoded as two objects, spliced around them.
     """
     c = connector
+    # The store answers an unchanged row with the same objects (codec.DecodedRows): their
+    # text is then the text of last time. The entry holds both objects, so their ids cannot
+    # be reused by others while it exists.
+    known = _connector_texts.get(id(c))
+    if known is not None and known[0] is c and known[1] is counts:
+        return known[2]
     head, tail = _ENCODE(_head(c)), _ENCODE(_tail(c, counts))
     source, indexer = masked_config_text(c.source), masked_config_text(c.indexer)
-    return f'{head[:-1]}, "source": {source}, "indexer": {indexer}, {tail[1:]}'
+    text = f'{head[:-1]}, "source": {source}, "indexer": {indexer}, {tail[1:]}'
+    if len(_connector_texts) >= CONNECTOR_TEXTS_SIZE:
+        _connector_texts.clear()
+    _connector_texts[id(c)] = (c, counts, text)
+    return text
 
 
 def connectors_page_text(connectors: Iterable[str], next_cursor: str | None) -> str:

@@ -21,7 +21,7 @@ import sqlite3
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from enum import Enum
-from typing import Any, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 import orjson
 
@@ -324,6 +324,51 @@ def connector_from_row(
         secret_state=js(row["secret_state"]),
         sync_queued_at=dt(row["sync_queued_at"]),
     )
+
+
+_T = TypeVar("_T")
+
+
+class DecodedRows(Generic[_T]):
+    """Decoded rows by their values: an unchanged row is not decoded again.
+
+    The API and the event stream read the same connectors over and over (a dashboard, a
+    ``--follow``, a poller), and between two reads most of them have not changed. Decoding a
+    connector row costs tens of µs; looking its values up costs a few. What is returned for
+    equal rows is the same object, so a renderer may cache by identity
+    (:func:`syncd.api.views.connector_text` does): the objects are shared and must be treated
+    as read-only. One instance per statement (the key is the values, not the column names).
+    """
+
+    __slots__ = ("_decode", "_found", "_size")
+
+    def __init__(self, decode: Callable[[Any], _T], size: int = 1024) -> None:
+        self._decode = decode
+        self._size = size
+        self._found: dict[tuple[Any, ...], _T] = {}
+
+    def __call__(self, row: Any) -> _T:
+        """``decode(row)``, or what it returned for a row of equal values."""
+        key = _row_key(row)
+        found = self._found.get(key)
+        if found is None:
+            found = self._decode(row)
+            if len(self._found) >= self._size:
+                self._found.clear()  # a rebuild is cheap; an LRU would cost every hit
+            self._found[key] = found
+        return found
+
+
+def _row_key(row: Any) -> tuple[Any, ...]:
+    # sqlite3.Row and asyncpg's Record iterate over their values; a dict over its keys.
+    values = tuple(row.values() if isinstance(row, dict) else row)
+    try:
+        hash(values)
+    except TypeError:
+        # A driver's native JSON values (asyncpg's jsonb codec): their JSON text instead, in
+        # their own key order (the order is part of what is answered).
+        return tuple(orjson.dumps(v) if isinstance(v, dict | list) else v for v in values)
+    return values
 
 
 _E = TypeVar("_E", bound=Enum)

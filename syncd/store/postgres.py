@@ -72,6 +72,9 @@ class PostgresStore:
             connect_timeout=connect_timeout,
             application_name=application_name,
         )
+        # The counted reads (the API's, the event stream's): unchanged rows decode once.
+        self._counted_one = codec.DecodedRows(_counted)
+        self._counted_page = codec.DecodedRows(_counted)
 
     def __repr__(self) -> str:
         return f"PostgresStore({self._db.target!r})"
@@ -107,7 +110,7 @@ class PostgresStore:
     ) -> tuple[Connector, dict[DocStatus, int]] | None:
         """The connector and its document counts (one statement), or ``None``."""
         row = await self._db.fetch_one(sql.GET_CONNECTOR_COUNTED, connector_id)
-        return None if row is None else (_connector(row), _counts(row["document_counts"]))
+        return None if row is None else self._counted_one(row)
 
     async def list_connectors(
         self, *, status: ConnectorStatus | None = None, limit: int = 100, after: str | None = None
@@ -125,7 +128,7 @@ class PostgresStore:
         rows = await self._db.fetch_all(
             sql.LIST_CONNECTORS_COUNTED, None if status is None else status.value, after, limit
         )
-        return [(_connector(row), _counts(row["document_counts"])) for row in rows]
+        return [self._counted_page(row) for row in rows]
 
     async def mutate_connector(
         self, connector_id: str, change: Change, *, fail_documents: str | None = None
@@ -594,6 +597,10 @@ def _connector_args(c: Connector) -> list[Any]:
 def _counts(found: Mapping[str, Any]) -> dict[DocStatus, int]:
     """Every status's count from sums by status value (zero if absent)."""
     return {s: int(found.get(s.value, 0)) for s in DocStatus}
+
+
+def _counted(row: Record) -> tuple[Connector, dict[DocStatus, int]]:
+    return _connector(row), _counts(row["document_counts"])
 
 
 def _connector(row: Record) -> Connector:

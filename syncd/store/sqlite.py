@@ -38,6 +38,7 @@ from syncd.store import sqlite_sql as sql
 from syncd.store.base import Change, InstanceBeat, PruneChange
 from syncd.store.claims import plan_claims
 from syncd.store.codec import (
+    DecodedRows,
     claim_values,
     connector_from_row,
     connector_to_row,
@@ -66,6 +67,9 @@ class SQLiteStore:
 
     def __init__(self, path: str | Path, *, busy_timeout: float = 10.0) -> None:
         self._db = SQLiteDatabase(path, busy_timeout=busy_timeout)
+        # The counted reads (the API's, the event stream's): unchanged rows decode once.
+        self._counted_one = DecodedRows(_counted)
+        self._counted_page = DecodedRows(_counted)
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> SQLiteStore:
@@ -117,7 +121,7 @@ class SQLiteStore:
     ) -> tuple[Connector, dict[DocStatus, int]] | None:
         """The connector and its document counts (one statement), or ``None``."""
         row = await self._db.reader.fetch_one(sql.GET_CONNECTOR_COUNTED, connector_id)
-        return None if row is None else (connector_from_row(row), _counts(row))
+        return None if row is None else self._counted_one(row)
 
     async def list_connectors(
         self, *, status: ConnectorStatus | None = None, limit: int = 100, after: str | None = None
@@ -131,7 +135,7 @@ class SQLiteStore:
     ) -> list[tuple[Connector, dict[DocStatus, int]]]:
         """:meth:`list_connectors`, each with its document counts (one statement)."""
         rows = await self._list_connectors(status, limit, after, counted=True)
-        return [(connector_from_row(r), _counts(r)) for r in rows]
+        return [self._counted_page(r) for r in rows]
 
     async def _list_connectors(
         self, status: ConnectorStatus | None, limit: int, after: str | None, *, counted: bool
@@ -642,6 +646,10 @@ class SQLiteStore:
 def _claim_values(c: Connector) -> tuple[Any, ...]:
     """Parameters of ``sql.CLAIM_CONNECTOR``: the claim columns, then the id."""
     return (*claim_values(c), c.id)
+
+
+def _counted(row: Any) -> tuple[Connector, dict[DocStatus, int]]:
+    return connector_from_row(row), _counts(row)
 
 
 def _counts(row: Any) -> dict[DocStatus, int]:

@@ -425,3 +425,33 @@ async def test_postgres_concurrent_commits_and_finishes_keep_counts_exact(
         assert await _delta_rows(store, c.id) <= postgres_sql.COUNT_DELTAS_KEPT + 50
     finally:
         await store.close()
+
+
+async def test_reads_with_counts_are_fresh_after_every_change(store: Store) -> None:
+    # Unchanged rows are decoded once and shared (codec.DecodedRows); any change of the row
+    # (its counts, its state, its configuration) must be read anew.
+    c = make_connector("fresh", source={"type": "http", "url": "http://x/a", "headers": {}})
+    await store.create_connector(c)
+    first = await store.get_connector_with_counts(c.id)
+    again = await store.get_connector_with_counts(c.id)
+    assert first is not None and again is not None
+    assert again[0] is first[0] and again[1] is first[1]
+    listed = await store.list_connectors_with_counts()
+    assert listed == [first]
+
+    run_id = await start_run(store, c.id)
+    running = await store.get_connector_with_counts(c.id)
+    assert running is not None and running[0].run_id == run_id and running[1] == ZERO
+    await store.commit_page(
+        c.id, run_id, [make_doc(e) for e in IDS[:2]], next_cursor="n", source_state={}, now=T0
+    )
+    paged = await store.get_connector_with_counts(c.id)
+    assert paged is not None and paged[1] == {**ZERO, DocStatus.PENDING: 2}
+    assert [n for _, n in await store.list_connectors_with_counts()] == [paged[1]]
+
+    # A changed configuration.
+    moved = {"type": "http", "url": "http://x/b", "headers": {}}
+    await store.mutate_connector(c.id, lambda x: Transition(replace(x, source=moved)))
+    updated = await store.get_connector_with_counts(c.id)
+    assert updated is not None and updated[0].source["url"] == "http://x/b"
+    assert [x.source["url"] for x, _ in await store.list_connectors_with_counts()] == ["http://x/b"]
