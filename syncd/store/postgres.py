@@ -171,7 +171,10 @@ class PostgresStore:
                 counts = PruneCounts(int(found["live"]), int(found["unseen"]))
             transition = change(before, counts)
             after = await self._write_transition(tx, connector_id, transition)
-            if completing and before.deletions_held:
+            unmark = completing and before.deletions_held > 0
+            if (lock := _prune_lock(transition.prune, unmark=unmark)) is not None:
+                await tx.execute(lock[0], connector_id, *lock[1])
+            if unmark:
                 # The crawl recomputes what is held (documents are held only while the
                 # connector's deletions_held says so: applying them unmarks the rest).
                 await tx.execute(sql.CLEAR_HELD, connector_id)
@@ -562,6 +565,21 @@ class PostgresStore:
     async def remove_instance(self, owner: str) -> None:
         """Delete the instance's heartbeat row."""
         await self._db.execute(sql.REMOVE_INSTANCE, owner)
+
+
+def _prune_lock(plan: PrunePlan | None, *, unmark: bool) -> tuple[str, list[Any]] | None:
+    """The statement (and its parameters after the connector id) that locks up front, in id
+    order, the documents a prune writes in more than one statement (see
+    ``sql.LOCK_HELD``); ``None`` when it writes them in one statement or none. ``unmark``:
+    the held documents are unmarked before ``plan`` is applied."""
+    if plan is None:
+        return None
+    if plan.action is PruneAction.DELETE_HELD:
+        # Deletes some held documents, then unmarks the others.
+        return sql.LOCK_HELD, []
+    if unmark:
+        return sql.LOCK_HELD_OR_UNSEEN, [plan.crawl_id]
+    return None
 
 
 async def _prune(

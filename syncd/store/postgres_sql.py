@@ -522,7 +522,47 @@ UPDATE documents AS d SET held = true
 FROM c
 WHERE d.connector_id = $1 AND d.external_id = c.external_id"""
 
-CLEAR_HELD: Final = "UPDATE documents SET held = false WHERE connector_id = $1 AND held"
+# In id order, like every statement that writes several documents (see --- documents ---).
+CLEAR_HELD: Final = """
+WITH c AS (
+    SELECT external_id FROM documents
+    WHERE connector_id = $1 AND held
+    ORDER BY external_id
+    FOR UPDATE
+)
+UPDATE documents AS d SET held = false
+FROM c
+WHERE d.connector_id = $1 AND d.external_id = c.external_id"""
+
+# A prune that writes documents in two statements (unmarking the held ones, and deleting or
+# holding) locks, first and in id order, every document either may write: each statement
+# alone locks in id order, but the two together would not, and a worker finishing documents
+# of both sets (it holds no connector lock) could deadlock with the prune. The sets are
+# stable while the prune holds the connector row: `held`, the crawls' pages and a document
+# leaving `deleted` are only ever written under that lock; the writers that do not take it
+# (claims, finishes, lease sweeps, requeues) can only move a document out of these sets (a
+# delete finished) or between live statuses. So nothing the later statements lock is
+# unlocked by then. Parameter: connector id.
+LOCK_HELD: Final = """
+SELECT 1 FROM documents
+WHERE connector_id = $1 AND held
+ORDER BY external_id
+FOR UPDATE"""
+
+# The same with the live documents crawl $2 did not see (a superset of the prunable ones:
+# a delete in progress may fail, and so become prunable, meanwhile). An anti-join with the
+# crawl's distinct ids, as the prune counts do, not a subquery per document.
+LOCK_HELD_OR_UNSEEN: Final = """
+WITH seen AS (
+    SELECT DISTINCT s.external_id
+    FROM crawl_pages AS p, unnest(p.ids) AS s(external_id)
+    WHERE p.connector_id = $1 AND p.crawl_id = $2
+)
+SELECT 1 FROM documents AS d LEFT JOIN seen ON seen.external_id = d.external_id
+WHERE d.connector_id = $1 AND (d.held OR (d.status <> 'deleted' AND seen.external_id IS NULL))
+ORDER BY d.external_id
+FOR UPDATE OF d"""
+
 FORGET_CRAWLS: Final = "DELETE FROM crawl_pages WHERE connector_id = $1"
 
 # The guard's figures: live documents, and those of them the crawl did not see (an anti-join
