@@ -16,7 +16,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from syncd.models import DocumentInput, Rejection, document_inputs
+from syncd.docinputs import document_inputs
+from syncd.models import DocumentInput, Rejection
 
 __all__ = ["SLICE_SECONDS", "Preparer"]
 

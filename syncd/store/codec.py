@@ -25,6 +25,7 @@ from typing import Any, Protocol, TypeVar
 
 import orjson
 
+from syncd.jsontext import canonical_json, parse_json
 from syncd.models import (
     MAX_REJECTIONS,
     Connector,
@@ -41,8 +42,6 @@ from syncd.models import (
     SyncStatus,
     Waiting,
     WaitReason,
-    canonical_json,
-    parse_json,
 )
 
 __all__ = [
