@@ -60,6 +60,7 @@ def reset_reason(c: Connector) -> str | None:
 
 
 def promote_crawl(c: Connector) -> dict[str, Any]:
+    """``source_state`` once the crawl in progress completed: its mark becomes the completed one."""
     _, in_progress = crawl_states(c)
     return {STATE_COMPLETED: in_progress}
 

@@ -64,6 +64,7 @@ def claim(
     trigger: RunTrigger,
     **changes: Any,
 ) -> Transition:
+    """Start run ``run_id`` (``trigger``) now, owned by ``owner``, with ``changes``."""
     claimed = replace(
         c,
         sync_status=SyncStatus.RUNNING,

@@ -28,6 +28,7 @@ def with_status(c: Connector, status: ConnectorStatus, **changes: Any) -> Connec
 
 
 def idle(c: Connector, now: datetime, **changes: Any) -> Connector:
+    """No run, no wait, no queued trigger (and ``changes``)."""
     return replace(
         c,
         sync_status=SyncStatus.IDLE,
@@ -58,5 +59,6 @@ def next_full_crawl_at(c: Connector, now: datetime) -> datetime | None:
 
 
 def fence(c: Connector, run_id: str) -> None:
+    """:class:`Fenced` unless ``run_id`` is the connector's current, running run."""
     if c.run_id != run_id or c.sync_status is not SyncStatus.RUNNING:
         raise Fenced(f"run {run_id} is no longer the current run of connector {c.id}")
