@@ -31,6 +31,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
+from syncd.jsontext import content_hash
 from syncd.models import (
     Connector,
     DocStatus,
@@ -39,7 +40,6 @@ from syncd.models import (
     RunTrigger,
     SyncStatus,
     Transition,
-    content_hash,
     new_id,
 )
 from syncd.store.base import Store

@@ -6,20 +6,13 @@ which the store writes back atomically. Timestamps are timezone-aware UTC dateti
 
 from __future__ import annotations
 
-import hashlib
-import json
-import math
 import os
-import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime
-from datetime import time as time_of_day
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, NamedTuple
-
-import orjson
 
 
 class ConnectorStatus(StrEnum):
@@ -146,7 +139,7 @@ class Connector:
     page_retry_backoff: float = DEFAULT_PAGINATOR.page_retry_backoff
     throttle_seconds: float = DEFAULT_PAGINATOR.throttle_seconds
     retry_on_status: tuple[int, ...] = DEFAULT_PAGINATOR.retry_on_status
-    # Dotted paths the content hash covers (None: the whole record), see document_inputs.
+    # Dotted paths the content hash covers (None: the whole record), see syncd.docinputs.
     hash_fields: tuple[str, ...] | None = None
     status: ConnectorStatus = ConnectorStatus.ACTIVE
     sync_status: SyncStatus = SyncStatus.IDLE
@@ -316,8 +309,9 @@ class Rejection:
 class DocumentInput(NamedTuple):
     """A document produced by a crawl, before it reaches the store.
 
-    ``payload_json`` is the payload's canonical JSON text (:func:`canonical_json`), computed
-    once for the hash and stored as it is, so that a page is serialised exactly once.
+    ``payload_json`` is the payload's canonical JSON text
+    (:func:`syncd.jsontext.canonical_json`), computed once for the hash and stored as it is,
+    so that a page is serialised exactly once.
     A named tuple rather than a frozen dataclass: as immutable, and built several times
     faster (one per crawled record).
     """
@@ -374,255 +368,5 @@ def new_id() -> str:
     return f"{ms:012x}{tail:014x}"
 
 
-_JSON_OPTIONS = orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS
-
-MAX_EXTERNAL_ID_BYTES = 512
-"""The longest external id, in UTF-8 bytes: it fits a PostgreSQL index entry and its list
-cursor fits the API's cursor length limit on every backend."""
-
 MAX_REJECTIONS = 10
 """How many rejected records a run keeps as a sample (all of them are counted)."""
-
-
-class PayloadError(ValueError):
-    """A payload that cannot be stored as JSON text (NaN, infinity, a lone surrogate, a
-    nesting too deep, an integer too long to write)."""
-
-
-def _default(value: Any) -> str:
-    return str(value)
-
-
-def _default_exact(value: Any) -> str:
-    # Dates as orjson writes them, so that both paths agree where they can.
-    if isinstance(value, datetime | date | time_of_day):
-        return value.isoformat()
-    return str(value)
-
-
-# The exact path, for what orjson refuses: integers beyond 64 bits (Python ints keep every
-# digit), lone surrogates (then refused when encoded), nesting deeper than orjson allows.
-_EXACT = json.JSONEncoder(
-    sort_keys=True,
-    separators=(",", ":"),
-    ensure_ascii=False,
-    allow_nan=False,
-    default=_default_exact,
-)
-
-
-def canonical_json(payload: Any) -> bytes:
-    """The payload's canonical JSON text (UTF-8): compact, keys sorted, non-ASCII kept,
-    control characters (NUL included) escaped, integers of any size with every digit.
-
-    orjson writes it; only what orjson refuses (an integer beyond 64 bits, say) goes through
-    an exact stdlib path. Values JSON has no type for (a plugin's ``datetime``, ``set`` …)
-    are written as strings. :class:`PayloadError` when the payload cannot be JSON text at
-    all: NaN or infinity, a lone surrogate, nesting too deep.
-    """
-    try:
-        blob = orjson.dumps(payload, option=_JSON_OPTIONS, default=_default)
-    except TypeError:  # orjson.JSONEncodeError
-        return _exact_json(payload)
-    # orjson writes NaN and infinity as null: look for them only when a null was written.
-    if b"null" in blob and not _all_finite(payload):
-        raise PayloadError("NaN and infinity are not JSON numbers")
-    return blob
-
-
-def _exact_json(payload: Any) -> bytes:
-    try:
-        return _EXACT.encode(payload).encode("utf-8")
-    except RecursionError:
-        raise PayloadError("nested too deeply") from None
-    except UnicodeEncodeError:
-        raise PayloadError("text is not valid Unicode (a lone surrogate)") from None
-    except (ValueError, TypeError) as exc:
-        raise PayloadError(str(exc)) from None
-
-
-def _all_finite(value: Any) -> bool:
-    """No NaN or infinity anywhere in ``value`` (orjson would write them as null)."""
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        children: Any
-        if isinstance(item, dict):
-            children = item.values()
-        elif isinstance(item, list | tuple):
-            children = item
-        else:
-            if isinstance(item, float) and not math.isfinite(item):
-                return False
-            continue
-        for child in children:
-            kind = type(child)
-            if kind is str or kind is int or child is None or kind is bool:
-                continue  # the usual scalars, without a trip through the stack
-            if kind is float:
-                if not math.isfinite(child):
-                    return False
-            else:
-                stack.append(child)
-    return True
-
-
-# 19 digits in a row may be an integer beyond 64 bits, which orjson would read as a float.
-_LONG_NUMBER = re.compile(r"[0-9]{19}", re.ASCII)
-
-
-def parse_json(text: str | bytes) -> Any:
-    """Parse JSON text exactly: integers of any size stay integers (orjson when the text
-    holds no long number, the stdlib parser otherwise)."""
-    if _LONG_NUMBER.search(text if isinstance(text, str) else text.decode("utf-8")):
-        return json.loads(text)
-    return orjson.loads(text)
-
-
-def content_hash(payload: Any) -> str:
-    """A stable hash of a JSON-serialisable payload (key order does not matter): SHA-256
-    of :func:`canonical_json`."""
-    return hashlib.sha256(canonical_json(payload)).hexdigest()
-
-
-def external_id_of(record: Any, path: Sequence[str]) -> str:
-    """The external id of a record: the value at ``path``, a non-empty string or an integer
-    (written in decimal). :class:`ValueError` with the reason otherwise."""
-    name = ".".join(path)
-    if not isinstance(record, Mapping):
-        raise ValueError("record is not an object")
-    value: Any = record
-    for part in path:
-        if not isinstance(value, Mapping) or part not in value:
-            raise ValueError(f"id field {name!r} is missing")
-        value = value[part]
-    if isinstance(value, bool):
-        raise ValueError(f"id field {name!r} is a boolean")
-    if isinstance(value, int):
-        try:
-            text = str(int(value))
-        except ValueError:  # beyond Python's digit limit for int -> str
-            raise ValueError(
-                f"id field {name!r} is longer than {MAX_EXTERNAL_ID_BYTES} bytes"
-            ) from None
-    elif isinstance(value, str):
-        text = value
-        if not text:
-            raise ValueError(f"id field {name!r} is an empty string")
-    else:
-        raise ValueError(f"id field {name!r} is {_kind(value)}")
-    try:
-        size = len(text.encode("utf-8"))
-    except UnicodeEncodeError:
-        raise ValueError(f"id field {name!r} is not valid Unicode (a lone surrogate)") from None
-    if "\x00" in text:
-        # PostgreSQL text cannot hold NUL; refused everywhere so that backends agree.
-        raise ValueError(f"id field {name!r} contains a NUL character")
-    if size > MAX_EXTERNAL_ID_BYTES:
-        raise ValueError(f"id field {name!r} is longer than {MAX_EXTERNAL_ID_BYTES} bytes")
-    return text
-
-
-def _plain_id(record: dict[str, Any], key: str) -> str | None:
-    """The id at ``key`` when it is obviously valid -- what :func:`external_id_of` would
-    return -- else ``None`` (the general check then decides, with its reason)."""
-    value: Any = record.get(key)
-    kind = type(value)
-    if kind is str:
-        # ASCII: one byte a character, and no lone surrogate (str.isascii is O(1)).
-        if (
-            value
-            and value.isascii()
-            and len(value) <= MAX_EXTERNAL_ID_BYTES
-            and "\x00" not in value
-        ):
-            return str(value)  # the same object: already a str
-    elif kind is int and -_SMALL_INT < value < _SMALL_INT:
-        return str(value)
-    return None
-
-
-# Integers below this are written in fewer digits than any length limit.
-_SMALL_INT = 10**18
-
-
-def _kind(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, float):
-        return "a number that is not an integer"
-    if isinstance(value, Mapping):
-        return "an object"
-    if isinstance(value, list | tuple):
-        return "an array"
-    return f"of type {type(value).__name__}"
-
-
-def hash_paths(hash_fields: Sequence[str]) -> tuple[tuple[str, ...], ...]:
-    """The dotted paths of ``hash_fields`` split into parts, each once, without a path that
-    another one of them contains (``a.b`` goes when ``a`` is there: ``a`` covers it)."""
-    paths = {tuple(f.split(".")) for f in hash_fields}
-    return tuple(sorted(p for p in paths if not any(p[:n] in paths for n in range(1, len(p)))))
-
-
-def hashed_part(record: Mapping[str, Any], paths: Sequence[Sequence[str]]) -> dict[str, Any]:
-    """The sub-document of ``record`` made of ``paths`` (from :func:`hash_paths`): each
-    value at its place in nested objects, e.g. ``{"meta": {"title": …}}`` for
-    ``meta.title``. A path that is missing, or runs through a value that is not an object,
-    is absent from it (a present ``null`` is kept, so it differs from a missing field)."""
-    out: dict[str, Any] = {}
-    for path in paths:
-        value: Any = record
-        for part in path:
-            if not isinstance(value, Mapping) or part not in value:
-                break
-            value = value[part]
-        else:
-            # No path is a prefix of another: every object on the way is one made here.
-            node = out
-            for part in path[:-1]:
-                node = node.setdefault(part, {})
-            node[path[-1]] = value
-    return out
-
-
-def document_inputs(
-    records: Sequence[Any], id_field: str = "id", hash_fields: Sequence[str] | None = None
-) -> tuple[list[DocumentInput], list[Rejection]]:
-    """Turn a page's records into documents keyed by ``id_field`` (dotted path allowed).
-
-    Returns the documents and the records rejected, each with its index in the page and a
-    reason: a record without a usable id (:func:`external_id_of`) or whose payload cannot
-    be stored (:class:`PayloadError`). A rejected record never fails the page.
-
-    The content hash is the SHA-256 of the record's canonical JSON or, with ``hash_fields``
-    (dotted paths), of the canonical JSON of the sub-document those paths make
-    (:func:`hashed_part`), so that a change elsewhere in the record (a view count, a fetch
-    time) does not change it. The payload is the whole record either way. Paths that cover
-    the whole record give the whole record's hash.
-    """
-    path = id_field.split(".")
-    top = path[0] if len(path) == 1 else None
-    parts = hash_paths(hash_fields) if hash_fields is not None else None
-    sha256 = hashlib.sha256
-    out: list[DocumentInput] = []
-    rejected: list[Rejection] = []
-    for index, rec in enumerate(records):
-        # The usual record (a dict whose id is a short ASCII string or a small integer at a
-        # top-level key) skips the general checks; anything else goes through them.
-        external_id = _plain_id(rec, top) if top is not None and type(rec) is dict else None
-        if external_id is None:
-            try:
-                external_id = external_id_of(rec, path)
-            except ValueError as exc:
-                rejected.append(Rejection(index, str(exc)))
-                continue
-        try:
-            blob = canonical_json(rec)
-        except PayloadError as exc:
-            rejected.append(Rejection(index, f"payload cannot be stored: {exc}"[:200]))
-            continue
-        # The sub-document's values are the record's, already checked storable just above.
-        hashed = blob if parts is None else canonical_json(hashed_part(rec, parts))
-        out.append(DocumentInput(external_id, rec, sha256(hashed).hexdigest(), blob.decode()))
-    return out, rejected

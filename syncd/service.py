@@ -21,6 +21,7 @@ import structlog
 
 from syncd import rules, spec
 from syncd.changes import ChangeFeed
+from syncd.docinputs import document_inputs
 from syncd.errors import Aborted, NotFound, SyncdError, ValidationError
 from syncd.http.paginator import AsyncCursorPaginator, CancelToken
 from syncd.logs import redact
@@ -39,7 +40,6 @@ from syncd.models import (
     RunOutcome,
     RunTrigger,
     SyncStatus,
-    document_inputs,
     new_id,
     utcnow,
 )

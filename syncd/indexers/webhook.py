@@ -31,8 +31,9 @@ import orjson
 from syncd.errors import SyncdError
 from syncd.http.transport import Response
 from syncd.indexers.base import BatchFailures, IndexerContext
+from syncd.jsontext import canonical_json
 from syncd.logs import register_secret
-from syncd.models import Document, canonical_json
+from syncd.models import Document
 from syncd.sources.secrets import register_connector_secrets, resolve_refs
 
 #: Longest error taken from a webhook's per-document result.

@@ -199,7 +199,7 @@ class Timeout(KindConfig):
 
 def _auth(value: Any) -> Any:
     # Imported here: the auth module pulls in the transport, which validation does not need.
-    from syncd.sources.auth import AUTH_TYPES, validate_auth
+    from syncd.sources.authcheck import AUTH_TYPES, validate_auth
 
     if isinstance(value, Mapping) and not isinstance(value.get("type"), str | None):
         # validate_auth looks an object or array `type` up in a dict: a TypeError (500).
@@ -210,7 +210,7 @@ def _auth(value: Any) -> Any:
 
 
 def _auth_schema() -> dict[str, Any]:
-    """The JSON Schema of what :func:`syncd.sources.auth.validate_auth` accepts (held
+    """The JSON Schema of what :func:`syncd.sources.authcheck.validate_auth` accepts (held
     together by tests/api/test_fuzz.py)."""
     text = {"type": "string", "minLength": 1, "pattern": ref_pattern("\\r\\n")}
 
@@ -288,7 +288,7 @@ def _auth_schema() -> dict[str, Any]:
 
 AuthBridge = Annotated[dict[str, Any], BeforeValidator(_auth), WithJsonSchema(_auth_schema())]
 """``source.auth`` until its styles have models: checked by
-:func:`syncd.sources.auth.validate_auth`, described by :func:`_auth_schema`."""
+:func:`syncd.sources.authcheck.validate_auth`, described by :func:`_auth_schema`."""
 
 
 class HttpSourceConfig(KindConfig):

@@ -6,7 +6,7 @@ JSON are parameters. The defaults are the text forms the SQLite store uses; a ba
 driver returns native values passes :func:`identity`.
 
 Two columns are JSON text on every backend: a document's ``payload`` (its canonical JSON
-text, :func:`syncd.models.canonical_json`, stored and returned as it is so that integers of
+text, :func:`syncd.jsontext.canonical_json`, stored and returned as it is so that integers of
 any size and ``\u0000`` survive) and a run's ``rejections`` (ASCII JSON text).
 
 Which documents of a crawled page are written and enqueued is a rule, not a conversion:
@@ -25,6 +25,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import orjson
 
+from syncd.jsontext import canonical_json, parse_json
 from syncd.models import (
     MAX_REJECTIONS,
     Connector,
@@ -41,8 +42,6 @@ from syncd.models import (
     SyncStatus,
     Waiting,
     WaitReason,
-    canonical_json,
-    parse_json,
 )
 
 __all__ = [
@@ -119,7 +118,7 @@ _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=s
 
 def dump_json(value: Any) -> str:
     """Compact JSON text. Values JSON cannot represent are written as strings, the same
-    rule :func:`syncd.models.content_hash` uses."""
+    rule :func:`syncd.jsontext.content_hash` uses."""
     return _ENCODER.encode(value)
 
 
@@ -132,7 +131,7 @@ def load_json(value: str | bytes | None) -> Any:
 
 def payload_text(document: DocumentInput) -> str:
     """A document's payload as stored: the crawl's canonical JSON text when it has one,
-    else the payload's (:class:`~syncd.models.PayloadError` if it cannot be JSON)."""
+    else the payload's (:class:`~syncd.jsontext.PayloadError` if it cannot be JSON)."""
     if document.payload_json is not None:
         return document.payload_json
     return canonical_json(document.payload).decode()

@@ -10,7 +10,8 @@ from urllib.parse import quote
 
 from yarl import URL
 
-from syncd.models import DocStatus, DocumentInput, canonical_json, content_hash, utcnow
+from syncd.jsontext import canonical_json, content_hash
+from syncd.models import DocStatus, DocumentInput, utcnow
 from tests.api.conftest import Api, Harness, Reply
 
 IDS = ["a/b c%?#ü", "%2F", "..", ".", "x/../y", "+", "a;b=c&d", "日本語", "tab\there", "42"]

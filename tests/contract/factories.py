@@ -6,6 +6,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from syncd.jsontext import content_hash
 from syncd.models import (
     Connector,
     DocumentInput,
@@ -13,7 +14,6 @@ from syncd.models import (
     RunTrigger,
     SyncStatus,
     Transition,
-    content_hash,
     new_id,
 )
 from syncd.store.base import Store

@@ -17,7 +17,9 @@ from urllib.parse import urlsplit
 import asyncpg
 import pytest
 
+from syncd.docinputs import document_inputs
 from syncd.errors import Fenced, NameConflict, NotFound, StoreError
+from syncd.jsontext import content_hash
 from syncd.models import (
     Connector,
     DocStatus,
@@ -26,8 +28,6 @@ from syncd.models import (
     RunTrigger,
     SyncStatus,
     Transition,
-    content_hash,
-    document_inputs,
     new_id,
     utcnow,
 )

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from syncd.docinputs import document_inputs
 from syncd.errors import ConfigError, Conflict, Fenced, NameConflict, NotFound, StoreError
 from syncd.models import (
     ABORTED_ERROR,
@@ -36,7 +37,6 @@ from syncd.models import (
     Transition,
     Waiting,
     WaitReason,
-    document_inputs,
     new_id,
 )
 from syncd.store.base import Change, Store

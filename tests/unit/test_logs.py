@@ -375,13 +375,13 @@ def test_redaction_rules(text: str, expected: str) -> None:
 def test_one_url_password_rule_everywhere(text: str, expected: str) -> None:
     """The log redaction, the display of connector configs and config error messages mask
     URL passwords with the same rule (syncd.logs.mask_url_passwords)."""
-    from syncd.config import _shown
+    from syncd.configkeys import shown_value
     from syncd.sources.secrets import redact_url
 
     assert logs.mask_url_passwords(text) == expected
     assert Redactor(use_registry=False).redact(text) == expected
     assert redact_url(text) == expected
-    assert _shown(text) == repr(expected)
+    assert shown_value(text) == repr(expected)
 
 
 @pytest.mark.parametrize("url", ["http://u:hunter2@[::1/x?a=1", "http://u:hunter2@h:99999/x#f"])

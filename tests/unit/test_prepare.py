@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from syncd.models import document_inputs
+from syncd.docinputs import document_inputs
 from syncd.prepare import Preparer
 
 

@@ -1,0 +1,86 @@
+"""Deletions (DESIGN.md §11): what a completed full crawl prunes or holds (the guard),
+applying held deletions, and the tombstones of an incremental source."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from datetime import datetime
+from typing import Any
+
+from syncd.docinputs import external_id_of
+from syncd.errors import Conflict
+from syncd.models import Connector, ConnectorStatus, PruneAction, PruneCounts, PrunePlan, Transition
+from syncd.rules.state import MSG_DELETING, MSG_NO_DELETIONS_HELD
+
+PRUNE_GUARD_MIN = 10
+"""The guard holds a completed crawl's deletions only when there are more than this many."""
+
+
+def plan_prune(
+    c: Connector,
+    counts: PruneCounts | None,
+    *,
+    crawl_id: str,
+    run_id: str,
+    immediate: bool,
+) -> PrunePlan | None:
+    """What a completed full crawl does with the live documents it did not see: nothing when
+    ``prune`` is off or there are none; hold them (the guard) when they are more than
+    ``prune_max_fraction`` of the live documents and more than :data:`PRUNE_GUARD_MIN`;
+    delete them otherwise."""
+    if not c.prune or counts is None or counts.unseen <= 0:
+        return None
+    guarded = counts.unseen > c.prune_max_fraction * counts.live and counts.unseen > PRUNE_GUARD_MIN
+    action = PruneAction.HOLD_UNSEEN if guarded else PruneAction.DELETE_UNSEEN
+    return PrunePlan(action, crawl_id=crawl_id, immediate=immediate, run_id=run_id)
+
+
+def apply_held(c: Connector, *, now: datetime, immediate: bool) -> Transition:
+    """``POST …/deletions/apply``: delete what the guard held; :class:`Conflict` (``No
+    deletions held``) when nothing is held, or while the connector is being deleted."""
+    if c.status is ConnectorStatus.DELETING:
+        raise Conflict(MSG_DELETING)
+    if c.deletions_held <= 0:
+        raise Conflict(MSG_NO_DELETIONS_HELD)
+    plan = PrunePlan(PruneAction.DELETE_HELD, immediate=immediate)
+    return Transition(replace(c, deletions_held=0, updated_at=now), prune=plan)
+
+
+def deleted_field(source: Mapping[str, Any]) -> str | None:
+    """The dotted path of an incremental source's tombstone flag, if it has one."""
+    incremental = source.get("incremental")
+    if not isinstance(incremental, Mapping):
+        return None
+    path = incremental.get("deleted_field")
+    return path if isinstance(path, str) and path else None
+
+
+def is_tombstone(record: Any, path: Sequence[str]) -> bool:
+    """Whether ``record``'s field at ``path`` marks it deleted: any value but a missing one,
+    ``null`` or ``false`` (``true``, a ``deleted_at`` timestamp, …)."""
+    value: Any = record
+    for part in path:
+        if not isinstance(value, Mapping) or part not in value:
+            return False
+        value = value[part]
+    return value is not None and value is not False
+
+
+def split_tombstones(
+    records: Sequence[Any], field: str, id_field: str
+) -> tuple[list[Any], list[str]]:
+    """A page's records without its tombstones, and the external ids the tombstones delete
+    (a tombstone without a usable id is kept with the records, to be rejected as a record)."""
+    path, id_path = field.split("."), id_field.split(".")
+    live: list[Any] = []
+    gone: list[str] = []
+    for record in records:
+        if is_tombstone(record, path):
+            try:
+                gone.append(external_id_of(record, id_path))
+                continue
+            except ValueError:
+                pass
+        live.append(record)
+    return live, gone
