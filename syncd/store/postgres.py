@@ -109,7 +109,7 @@ class PostgresStore:
         self, connector_id: str
     ) -> tuple[Connector, dict[DocStatus, int]] | None:
         """The connector and its document counts (one statement), or ``None``."""
-        row = await self._db.fetch_one(sql.GET_CONNECTOR_COUNTED, connector_id)
+        row = await self._db.reader.fetch_one(sql.GET_CONNECTOR_COUNTED, connector_id)
         return None if row is None else self._counted_one(row)
 
     async def list_connectors(
@@ -125,7 +125,7 @@ class PostgresStore:
         self, *, status: ConnectorStatus | None = None, limit: int = 100, after: str | None = None
     ) -> list[tuple[Connector, dict[DocStatus, int]]]:
         """:meth:`list_connectors`, each with its document counts (one statement)."""
-        rows = await self._db.fetch_all(
+        rows = await self._db.reader.fetch_all(
             sql.LIST_CONNECTORS_COUNTED, None if status is None else status.value, after, limit
         )
         return [self._counted_page(row) for row in rows]
@@ -370,21 +370,21 @@ class PostgresStore:
 
     async def get_run(self, run_id: str) -> Run | None:
         """The run, or ``None``."""
-        row = await self._db.fetch_one(sql.GET_RUN, run_id)
+        row = await self._db.reader.fetch_one(sql.GET_RUN, run_id)
         return None if row is None else _run(row)
 
     async def list_runs(
         self, connector_id: str, *, limit: int = 100, before: str | None = None
     ) -> list[Run]:
         """A connector's runs, newest first, ids smaller than ``before``."""
-        rows = await self._db.fetch_all(sql.LIST_RUNS, connector_id, before, limit)
+        rows = await self._db.reader.fetch_all(sql.LIST_RUNS, connector_id, before, limit)
         return [_run(row) for row in rows]
 
     # --- documents ----------------------------------------------------------------------
 
     async def get_document(self, connector_id: str, external_id: str) -> Document | None:
         """The document with its payload, or ``None``."""
-        row = await self._db.fetch_one(sql.GET_DOCUMENT, connector_id, external_id)
+        row = await self._db.reader.fetch_one(sql.GET_DOCUMENT, connector_id, external_id)
         return None if row is None else _document(row, with_payload=True)
 
     async def list_documents(
@@ -406,13 +406,13 @@ class PostgresStore:
             args.append(status.value)
         if after is not None:
             args.append(after)
-        rows = await self._db.fetch_all(query, *args)
+        rows = await self._db.reader.fetch_all(query, *args)
         return [_document(row) for row in rows]
 
     async def document_counts(self, connector_id: str) -> dict[DocStatus, int]:
         """Number of documents per status (every status present), summed from the count
         deltas the documents' triggers append, not counted from the documents."""
-        rows = await self._db.fetch_all(sql.DOCUMENT_COUNTS, connector_id)
+        rows = await self._db.reader.fetch_all(sql.DOCUMENT_COUNTS, connector_id)
         return _counts({row["status"]: row["n"] for row in rows})
 
     async def pending_documents(
@@ -523,13 +523,13 @@ class PostgresStore:
     async def document_totals(self) -> dict[DocStatus, int]:
         """Documents of every connector per status (every status present), summed from the
         count deltas."""
-        rows = await self._db.fetch_all(sql.DOCUMENT_TOTALS)
+        rows = await self._db.reader.fetch_all(sql.DOCUMENT_TOTALS)
         return _counts({row["status"]: row["n"] for row in rows})
 
     async def connector_totals(self) -> dict[tuple[ConnectorStatus, SyncStatus], int]:
         """Connectors per ``(status, sync_status)`` (every pair present)."""
         totals = {(s, y): 0 for s in ConnectorStatus for y in SyncStatus}
-        for row in await self._db.fetch_all(sql.CONNECTOR_TOTALS):
+        for row in await self._db.reader.fetch_all(sql.CONNECTOR_TOTALS):
             totals[ConnectorStatus(row["status"]), SyncStatus(row["sync_status"])] = row["n"]
         return totals
 

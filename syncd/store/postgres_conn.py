@@ -2,6 +2,10 @@
 its migrations, and a handful of verbs over the named statements of
 :mod:`syncd.store.postgres_sql`.
 
+Reads that need no transaction and answer a client (the API's connector reads, the metrics'
+totals) go to :attr:`PostgresDatabase.reader`: a small pool of their own, so that they never
+wait for a connection behind the page commits, claims and finishes of twenty syncs.
+
 Driver and network errors become :class:`~syncd.errors.StoreError` (or
 :class:`~syncd.errors.NameConflict`) here and nowhere else, with messages that name the server
 and the statement but never the DSN's password.
@@ -22,7 +26,10 @@ from syncd.errors import NameConflict, StoreError
 from syncd.store import codec
 from syncd.store import postgres_sql as sql
 
-__all__ = ["PostgresDatabase", "PostgresTransaction", "Record"]
+__all__ = ["READ_POOL_SIZE", "PostgresDatabase", "PostgresReader", "PostgresTransaction", "Record"]
+
+#: Connections of the read pool (see :attr:`PostgresDatabase.reader`), beside the main pool.
+READ_POOL_SIZE = 2
 
 Record: TypeAlias = asyncpg.Record
 
@@ -164,6 +171,28 @@ class PostgresTransaction:
         return _count(await self._conn.execute(query, *args))
 
 
+class PostgresReader:
+    """The read verbs on the read pool's connections, each statement in autocommit. Only for
+    reads that need no transaction with a write."""
+
+    __slots__ = ("_database",)
+
+    def __init__(self, database: PostgresDatabase) -> None:
+        self._database = database
+
+    async def fetch_one(self, query: str, *args: Any) -> Record | None:
+        """The first row, or ``None``."""
+        with self._database._translate(_name(query)):
+            async with self._database._acquire_reader() as conn:
+                return await conn.fetchrow(query, *args)
+
+    async def fetch_all(self, query: str, *args: Any) -> list[Record]:
+        """Every row."""
+        with self._database._translate(_name(query)):
+            async with self._database._acquire_reader() as conn:
+                return await conn.fetch(query, *args)
+
+
 class PostgresDatabase:
     """An asyncpg pool with the same verbs as :class:`PostgresTransaction`, each on a pooled
     connection of its own in autocommit, and :meth:`transaction` for several in one.
@@ -203,6 +232,9 @@ class PostgresDatabase:
                 self._server_settings[name] = _ms(seconds)
         self._password, self._target = _describe_dsn(dsn)
         self._pool: asyncpg.Pool[Record] | None = None
+        self._read_pool: asyncpg.Pool[Record] | None = None
+        self.reader = PostgresReader(self)
+        """Read verbs on a pool of their own (see :class:`PostgresReader`)."""
 
     @property
     def target(self) -> str:
@@ -221,44 +253,57 @@ class PostgresDatabase:
             options["statement_cache_size"] = self._statement_cache_size
         # A malformed DSN surfaces as a plain ValueError from the driver.
         with self._translate("connect", ValueError):
-            pool = await asyncpg.create_pool(
-                self._dsn,
-                min_size=self._min_size,
-                max_size=self._max_size,
-                timeout=self._connect_timeout,
-                server_settings=self._server_settings,
-                init=_init_connection,
-                connection_class=_Connection,
-                **options,
-            )
+            pool = await self._create_pool(self._min_size, self._max_size, options)
         try:
             with self._translate("migrate"):
                 async with pool.acquire() as conn:
                     await _migrate(conn)
+            # After the migrations: a reader never sees a half-built schema.
+            with self._translate("connect"):
+                read_pool = await self._create_pool(1, READ_POOL_SIZE, options)
         except BaseException:
             pool.terminate()
             raise
-        self._pool = pool
+        self._pool, self._read_pool = pool, read_pool
+
+    async def _create_pool(
+        self, min_size: int, max_size: int, options: Mapping[str, Any]
+    ) -> asyncpg.Pool[Record]:
+        return await asyncpg.create_pool(
+            self._dsn,
+            min_size=min_size,
+            max_size=max_size,
+            timeout=self._connect_timeout,
+            server_settings=self._server_settings,
+            init=_init_connection,
+            connection_class=_Connection,
+            **options,
+        )
 
     async def close(self) -> None:
-        """Close the pool: wait a while for connections in use, then cut them."""
-        pool, self._pool = self._pool, None
-        if pool is None:
-            return
-        try:
-            async with asyncio.timeout(_CLOSE_GRACE_SECONDS):
-                await pool.close()
-        except TimeoutError:
-            pool.terminate()
-        except _DRIVER_ERRORS:
-            # Closing is best effort: a connection that is already gone needs no goodbye.
-            pool.terminate()
+        """Close the pools: wait a while for connections in use, then cut them."""
+        pools = [p for p in (self._read_pool, self._pool) if p is not None]
+        self._pool = self._read_pool = None
+        for pool in pools:
+            try:
+                async with asyncio.timeout(_CLOSE_GRACE_SECONDS):
+                    await pool.close()
+            except TimeoutError:
+                pool.terminate()
+            except _DRIVER_ERRORS:
+                # Closing is best effort: a connection that is already gone needs no goodbye.
+                pool.terminate()
 
     def acquire(self) -> asyncpg.pool.PoolAcquireContext[Record]:
         """A raw pooled connection (errors untranslated): for the verbs, and for tests."""
         if self._pool is None:
             raise StoreError("PostgreSQL store is not open")
         return self._pool.acquire()
+
+    def _acquire_reader(self) -> asyncpg.pool.PoolAcquireContext[Record]:
+        if self._read_pool is None:
+            raise StoreError("PostgreSQL store is not open")
+        return self._read_pool.acquire()
 
     # --- verbs ----------------------------------------------------------------------------
 

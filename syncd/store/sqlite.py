@@ -58,6 +58,10 @@ __all__ = ["SQLiteStore"]
 _FINISHED = frozenset({DocStatus.INDEXED, DocStatus.FAILED, DocStatus.DELETED})
 
 
+#: Largest page of connectors read on the event loop's thread (the API's default page + 1).
+QUICK_LIST_LIMIT = 101
+
+
 class SQLiteStore:
     """:class:`syncd.store.Store` on a SQLite file.
 
@@ -120,7 +124,7 @@ class SQLiteStore:
         self, connector_id: str
     ) -> tuple[Connector, dict[DocStatus, int]] | None:
         """The connector and its document counts (one statement), or ``None``."""
-        row = await self._db.reader.fetch_one(sql.GET_CONNECTOR_COUNTED, connector_id)
+        row = await self._db.quick.fetch_one(sql.GET_CONNECTOR_COUNTED, connector_id)
         return None if row is None else self._counted_one(row)
 
     async def list_connectors(
@@ -149,6 +153,9 @@ class SQLiteStore:
         query = sql.list_connectors(
             by_status=status is not None, after=after is not None, counted=counted
         )
+        if status is None and limit <= QUICK_LIST_LIMIT:
+            # A range of the primary key: bounded, so read on the loop's thread.
+            return await self._db.quick.fetch_all(query, *params)
         return await self._db.reader.fetch_all(query, *params)
 
     async def mutate_connector(

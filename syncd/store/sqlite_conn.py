@@ -13,6 +13,15 @@ WAL checkpoint on the writer. A WAL reader sees every transaction committed befo
 statement started. A ``":memory:"`` database exists only on its one connection, so there the
 reader is the writer.
 
+Reads bounded by a key or a small limit (a connector by id, a page of connectors) go to
+:attr:`SQLiteDatabase.quick`: one more read-only connection, used synchronously on the event
+loop's thread. Such a read takes tens of µs; handing it to a connection's thread costs more,
+and while other threads run Python (the writer binding a page of documents) a thread gets the
+GIL only every few ms, so under a sync's load a handed-over read waited hundreds of ms. A WAL
+reader does not wait for the writer; in the rare case the database is busy for a reader
+(a checkpoint resetting the WAL) the read goes to :attr:`SQLiteDatabase.reader` instead of
+waiting on the loop.
+
 Driver errors become :class:`~syncd.errors.StoreError` (or :class:`~syncd.errors.NameConflict`)
 here and nowhere else.
 """
@@ -31,7 +40,7 @@ import aiosqlite
 from syncd.errors import NameConflict, StoreError
 from syncd.store import sqlite_sql as sql
 
-__all__ = ["SQLiteDatabase", "SQLiteReader", "SQLiteSession"]
+__all__ = ["SQLiteDatabase", "SQLiteQuickReader", "SQLiteReader", "SQLiteSession"]
 
 _MEMORY = ":memory:"
 #: Read connections of a file database: a long read (a count over many documents) leaves
@@ -125,6 +134,42 @@ class SQLiteReader:
             return await s.fetch_value(query, *args, **named)
 
 
+class SQLiteQuickReader:
+    """Reads bounded by a key or a small limit, run at once on the event loop's thread (see
+    the module's docstring); the threaded :class:`SQLiteReader` when the database is busy for
+    a reader, or is ``":memory:"``."""
+
+    __slots__ = ("_database",)
+
+    def __init__(self, database: SQLiteDatabase) -> None:
+        self._database = database
+
+    async def fetch_all(self, query: str, *args: Any, **named: Any) -> list[sqlite3.Row]:
+        """Every row."""
+        db = self._database._quick_db
+        if db is not None:
+            try:
+                return db.execute(query, named or args).fetchall()
+            except sqlite3.OperationalError as exc:
+                if exc.sqlite_errorcode not in _BUSY:
+                    raise _store_error(exc) from exc
+            except sqlite3.Error as exc:
+                raise _store_error(exc) from exc
+        return await self._database.reader.fetch_all(query, *args, **named)
+
+    async def fetch_one(self, query: str, *args: Any, **named: Any) -> sqlite3.Row | None:
+        """The first row, or ``None``."""
+        rows = await self.fetch_all(query, *args, **named)
+        return rows[0] if rows else None
+
+
+_BUSY = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
+
+
+def _store_error(exc: sqlite3.Error) -> StoreError:
+    return StoreError(f"SQLite error: {exc}")
+
+
 class SQLiteDatabase:
     """One SQLite file (or ``":memory:"``) with the verbs of :class:`SQLiteSession`, each a
     statement of its own in autocommit on the writer, :meth:`transaction` for several in one,
@@ -145,6 +190,9 @@ class SQLiteDatabase:
         self._readers: list[aiosqlite.Connection] = []
         self.reader = SQLiteReader(self)
         """Read verbs on the read connections (see :class:`SQLiteReader`)."""
+        self._quick_db: sqlite3.Connection | None = None
+        self.quick = SQLiteQuickReader(self)
+        """Bounded reads on the event loop's thread (see :class:`SQLiteQuickReader`)."""
 
     # --- lifecycle ----------------------------------------------------------------------
 
@@ -157,12 +205,14 @@ class SQLiteDatabase:
             try:
                 # After the migrations: a reader never sees a half-built schema.
                 readers = [await self._connect_reader() for _ in range(self._reader_count)]
+                quick = self._connect_quick() if readers else None
             except BaseException:
                 await _close_all(self._readers)
                 self._readers = []
                 await db.close()
                 raise
             self._db = db
+            self._quick_db = quick
             if readers:
                 self._readers = readers
                 self._idle = asyncio.Queue()
@@ -173,6 +223,9 @@ class SQLiteDatabase:
         """Close the connections (idempotent)."""
         db, self._db = self._db, None
         readers, self._readers, self._idle = self._readers, [], None
+        quick, self._quick_db = self._quick_db, None
+        if quick is not None:
+            quick.close()
         with _translated():
             await _close_all(readers)
         if db is not None:
@@ -212,6 +265,19 @@ class SQLiteDatabase:
             db.row_factory = sqlite3.Row
             for pragma in (*sql.PRAGMAS_PER_CONNECTION, *_READER_PRAGMAS):
                 await db.execute(pragma)
+        return db
+
+    def _connect_quick(self) -> sqlite3.Connection:
+        """The loop thread's read connection: it never waits for a lock (``timeout=0``)."""
+        with _translated():
+            db = sqlite3.connect(self.path, timeout=0, isolation_level=None)
+            try:
+                db.row_factory = sqlite3.Row
+                for pragma in (*sql.PRAGMAS_PER_CONNECTION, *_READER_PRAGMAS):
+                    db.execute(pragma)
+            except BaseException:
+                db.close()
+                raise
         return db
 
     async def _enable_wal(self, db: aiosqlite.Connection) -> None:

@@ -632,3 +632,36 @@ async def test_a_released_connection_costs_no_reset_round_trip(
             assert await conn.fetchval("SELECT pg_backend_pid()") == pid
     finally:
         await s.close()
+
+
+async def test_reads_for_clients_do_not_wait_for_the_main_pool(postgres_dsn: str) -> None:
+    # Every connection of the main pool busy (page commits of many syncs, say): the API's
+    # reads go to the read pool and are answered meanwhile.
+    store = PostgresStore(postgres_dsn, max_size=1)
+    await store.open()
+    try:
+        c = await store.create_connector(make_connector("read-pool"))
+        holding, release = asyncio.Event(), asyncio.Event()
+
+        async def hold() -> None:
+            async with store._db.transaction("hold"):
+                holding.set()
+                await release.wait()
+
+        holder = asyncio.create_task(hold())
+        try:
+            await holding.wait()
+            async with asyncio.timeout(30):  # a deadlock guard only
+                found = await store.get_connector_with_counts(c.id)
+                listed = await store.list_connectors_with_counts()
+                counts = await store.document_counts(c.id)
+                runs = await store.list_runs(c.id)
+            assert found is not None and found[0].name == "read-pool"
+            assert [x.id for x, _ in listed] == [c.id]
+            assert sum(counts.values()) == 0 and runs == []
+            assert not holder.done()
+        finally:
+            release.set()
+            await holder
+    finally:
+        await store.close()

@@ -4,8 +4,10 @@ connections of their own, which never queue behind the writer."""
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -101,3 +103,73 @@ async def test_closed_store_reads_fail_cleanly(tmp_path: Path) -> None:
         assert await store.list_connectors() == []
     finally:
         await store.close()
+
+
+async def test_quick_reads_see_only_committed_rows(sqlite_store: SQLiteStore) -> None:
+    # The counted reads (the API's) run on the loop's own read connection.
+    store = sqlite_store
+    connector = await store.create_connector(make_connector("before"))
+    in_transaction, release = asyncio.Event(), asyncio.Event()
+
+    async def hold_a_write() -> None:
+        async with store._db.transaction() as tx:
+            await tx.execute("UPDATE connectors SET name = 'after' WHERE id = ?", connector.id)
+            in_transaction.set()
+            await release.wait()
+
+    writer = asyncio.create_task(hold_a_write())
+    try:
+        await in_transaction.wait()
+        found = await store.get_connector_with_counts(connector.id)
+        listed = await store.list_connectors_with_counts()
+        assert found is not None and found[0].name == "before"
+        assert [c.name for c, _ in listed] == ["before"]
+    finally:
+        release.set()
+        await writer
+    found = await store.get_connector_with_counts(connector.id)
+    assert found is not None and found[0].name == "after"
+
+
+class _BusyOnce:
+    """The loop's read connection, refusing its next statement as SQLite does when the
+    database is busy for a reader (a checkpoint resetting the WAL, a process in exclusive
+    locking mode): a fault injected into the real connection, not a stand-in for it."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self.db, self.refused = db, 0
+
+    def execute(self, query: str, params: Any = ()) -> sqlite3.Cursor:
+        if not self.refused:
+            self.refused += 1
+            busy = sqlite3.OperationalError("database is locked")
+            busy.sqlite_errorcode = sqlite3.SQLITE_BUSY
+            raise busy
+        return self.db.execute(query, params)
+
+
+async def test_a_busy_database_sends_quick_reads_to_the_read_threads(
+    sqlite_store: SQLiteStore,
+) -> None:
+    store = sqlite_store
+    connector = await store.create_connector(make_connector("busy"))
+    real = store._db._quick_db
+    assert real is not None
+    busy = _BusyOnce(real)
+    store._db._quick_db = busy  # type: ignore[assignment]
+    try:
+        found = await store.get_connector_with_counts(connector.id)
+    finally:
+        store._db._quick_db = real
+    assert busy.refused == 1
+    assert found is not None and found[0].name == "busy"
+
+
+async def test_other_errors_of_quick_reads_are_store_errors(sqlite_store: SQLiteStore) -> None:
+    with pytest.raises(StoreError, match="no such table"):
+        await sqlite_store._db.quick.fetch_all("SELECT * FROM nowhere")
+
+
+async def test_quick_reads_refuse_writes(sqlite_store: SQLiteStore) -> None:
+    with pytest.raises(StoreError, match="readonly database"):
+        await sqlite_store._db.quick.fetch_all("DELETE FROM connectors")
