@@ -188,8 +188,11 @@ def _observe(metrics: Metrics, request: web.Request, status: int, started: float
     metrics.observe_request(_route_label(request), request.method, status, elapsed)
 
 
-# A plain string key: aiohttp's typed RequestKey is newer than the oldest aiohttp supported.
-_IN_FLIGHT = "syncd.in_flight"
+# aiohttp's typed request keys (and its warning for plain ones) are newer than the oldest
+# aiohttp supported: a plain string key there.
+_IN_FLIGHT: Any = (
+    web.RequestKey("syncd_in_flight", bool) if hasattr(web, "RequestKey") else "syncd.in_flight"
+)
 
 
 def _pacing_middleware(pacer: Pacer) -> Middleware:
