@@ -14,7 +14,9 @@ connectors in turn) for one ``GET /connectors``. Latency is counted from the tim
 was due, not sent, so a client that falls behind does not hide a slow server; a request not
 answered within ``--timeout`` seconds is a timeout. Then every run is aborted and the same
 load measures the idle daemon, with the documents the syncs wrote. The benchmark samples the
-daemon's event-loop lag (a timer every 100 ms) during each phase.
+daemon's event-loop lag (a timer every 100 ms) during each phase. As ``syncd run`` does, the
+garbage collector is tuned once the daemon has started (``syncd.heap``), unless
+``--default-gc``.
 
 Printed: each round, then the medians of the rounds, and the machine's load average.
 ``bench/README.md`` has the details and figures.
@@ -58,6 +60,7 @@ from sync_throughput import (
 
 from syncd.config import Config
 from syncd.daemon import Daemon
+from syncd.heap import tune_collector
 from syncd.logs import configure_logging
 from syncd.models import DocStatus
 
@@ -231,6 +234,8 @@ async def documents(daemon: Daemon) -> int:
 
 async def one_round(args: argparse.Namespace, source_url: str, meter: CpuMeter) -> Round:
     async with fresh_config(args) as config, Daemon(config) as daemon:
+        if not args.default_gc:
+            tune_collector()  # as syncd run does once started
         url = daemon.api_address
         assert url is not None and url.startswith("http")
         if args.skip_counts:
@@ -389,6 +394,11 @@ def main() -> None:
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
     parser.add_argument(
         "--access-log", action="store_true", help="log.access = true (lines to /dev/null)"
+    )
+    parser.add_argument(
+        "--default-gc",
+        action="store_true",
+        help="keep CPython's collector settings (syncd run tunes them: syncd.heap)",
     )
     parser.add_argument(
         "--skip-counts",

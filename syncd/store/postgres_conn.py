@@ -29,7 +29,7 @@ from syncd.store import postgres_sql as sql
 __all__ = ["READ_POOL_SIZE", "PostgresDatabase", "PostgresReader", "PostgresTransaction", "Record"]
 
 #: Connections of the read pool (see :attr:`PostgresDatabase.reader`), beside the main pool.
-READ_POOL_SIZE = 2
+READ_POOL_SIZE = 4
 
 Record: TypeAlias = asyncpg.Record
 
