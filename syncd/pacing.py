@@ -13,6 +13,7 @@ preparation, a page commit, the next page fetch, a worker's next batch) ask for 
   burst of twenty page commits in one loop turn is what a new request would wait behind.
 - While requests keep coming, one waiting step goes on every ``starve_seconds`` anyway, so a
   flood of requests slows the crawls but never stops them.
+- A request has priority for ``REQUEST_PRIORITY_SECONDS`` at most (the API ends it then).
 """
 
 from __future__ import annotations
@@ -20,10 +21,13 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 
-__all__ = ["STARVE_SECONDS", "Pacer"]
+__all__ = ["REQUEST_PRIORITY_SECONDS", "STARVE_SECONDS", "Pacer"]
 
 #: While requests are in flight, one waiting background step goes on this often.
 STARVE_SECONDS = 0.005
+#: How long one request keeps its priority: a request that takes longer (a preview fetching
+#: pages from a slow source) is served on, without holding the crawls back meanwhile.
+REQUEST_PRIORITY_SECONDS = 1.0
 
 
 class Pacer:

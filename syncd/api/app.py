@@ -4,7 +4,8 @@
 OpenAPI document generated from that same table. Middlewares, outermost first:
 
 - pacing (with a :class:`~syncd.pacing.Pacer`): the request counts as in flight until its
-  handler returns or its answer starts (a stream), and background work waits meanwhile;
+  handler returns, its answer starts (a stream) or ``REQUEST_PRIORITY_SECONDS`` have passed,
+  and background work waits meanwhile;
 0. access (only with ``log.access``): one structured ``api.access`` debug line per request
    (method, path, status, duration_ms), instead of aiohttp's Apache-style access log;
 1. metrics: request latency per canonical route pattern, method and status;
@@ -31,7 +32,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
 import syncd
-from syncd import ui
+from syncd import pacing, ui
 from syncd.api.openapi import Route, build_openapi
 from syncd.api.params import SERVICE
 from syncd.api.routes import CLIENT_CLOSED_REQUEST, OPENAPI, ROUTES, SYSTEM, System
@@ -197,15 +198,20 @@ _IN_FLIGHT: Any = (
 
 def _pacing_middleware(pacer: Pacer) -> Middleware:
     @web.middleware
-    async def pacing(request: web.Request, handler: Handler) -> web.StreamResponse:
+    async def paced(request: web.Request, handler: Handler) -> web.StreamResponse:
         pacer.begin()
         request[_IN_FLIGHT] = True
+        # A slow request (a preview of a slow source) gives its priority up after a while.
+        expiry = asyncio.get_running_loop().call_later(
+            pacing.REQUEST_PRIORITY_SECONDS, _served, pacer, request
+        )
         try:
             return await handler(request)
         finally:
+            expiry.cancel()
             _served(pacer, request)
 
-    return pacing
+    return paced
 
 
 def _answer_started(

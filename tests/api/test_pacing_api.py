@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
+from syncd import pacing
 from tests.api.conftest import Harness, StartDaemon
 
 
@@ -79,3 +82,32 @@ async def test_a_crawl_waits_while_a_request_is_in_flight(harness: Harness) -> N
     connector = await daemon.store.get_connector(created["id"])
     assert connector is not None and connector.progress.pages == 3
     assert pacer.waiting == 0
+
+
+async def test_a_slow_request_gives_its_priority_up(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A preview of a source that does not answer: the request goes on, the crawls do not
+    # wait for it beyond REQUEST_PRIORITY_SECONDS.
+    monkeypatch.setattr(pacing, "REQUEST_PRIORITY_SECONDS", 0.05)
+    daemon, api, feed = harness.daemon, harness.api, harness.feed
+    feed.hang_at = 0
+    ended = asyncio.Event()
+    end = daemon.pacer.end
+
+    def end_and_tell() -> None:
+        end()
+        ended.set()
+
+    monkeypatch.setattr(daemon.pacer, "end", end_and_tell)
+    body = {"connector": {"name": "slow", "source": {"type": "feed"}}, "pages": 1}
+    preview = asyncio.create_task(api.post("/connectors/preview", body))
+    await asyncio.wait_for(feed.reached.wait(), timeout=30)
+    assert daemon.pacer.in_flight == 1
+    await asyncio.wait_for(ended.wait(), timeout=30)  # the priority's timer ended it
+    assert daemon.pacer.in_flight == 0
+    assert not preview.done()
+    feed.release.set()
+    reply = await preview
+    assert reply.status == 200, reply.body
+    assert daemon.pacer.in_flight == 0
