@@ -339,16 +339,18 @@ class DecodedRows(Generic[_T]):
     as read-only. One instance per statement (the key is the values, not the column names).
     """
 
-    __slots__ = ("_decode", "_found", "_size")
+    __slots__ = ("_decode", "_found", "_json_at", "_size")
 
     def __init__(self, decode: Callable[[Any], _T], size: int = 1024) -> None:
         self._decode = decode
         self._size = size
         self._found: dict[tuple[Any, ...], _T] = {}
+        # Where the statement's rows held native JSON values so far (asyncpg's jsonb codec).
+        self._json_at: tuple[int, ...] = ()
 
     def __call__(self, row: Any) -> _T:
         """``decode(row)``, or what it returned for a row of equal values."""
-        key = _row_key(row)
+        key = self._key(row)
         found = self._found.get(key)
         if found is None:
             found = self._decode(row)
@@ -357,17 +359,26 @@ class DecodedRows(Generic[_T]):
             self._found[key] = found
         return found
 
+    def _key(self, row: Any) -> tuple[Any, ...]:
+        # sqlite3.Row and asyncpg's Record iterate over their values; a dict over its keys.
+        values = list(row.values() if isinstance(row, dict) else row)
+        for i in self._json_at:
+            values[i] = _json_key(values[i])
+        key = tuple(values)
+        try:
+            hash(key)
+        except TypeError:
+            # A native JSON value where none was before: note where, key it by its text.
+            self._json_at = tuple(
+                i for i, v in enumerate(values) if i in self._json_at or isinstance(v, dict | list)
+            )
+            key = tuple(_json_key(v) for v in values)
+        return key
 
-def _row_key(row: Any) -> tuple[Any, ...]:
-    # sqlite3.Row and asyncpg's Record iterate over their values; a dict over its keys.
-    values = tuple(row.values() if isinstance(row, dict) else row)
-    try:
-        hash(values)
-    except TypeError:
-        # A driver's native JSON values (asyncpg's jsonb codec): their JSON text instead, in
-        # their own key order (the order is part of what is answered).
-        return tuple(orjson.dumps(v) if isinstance(v, dict | list) else v for v in values)
-    return values
+
+def _json_key(value: Any) -> Any:
+    # A native JSON value is keyed by its text, in its own key order (the order is answered).
+    return orjson.dumps(value) if isinstance(value, dict | list) else value
 
 
 _E = TypeVar("_E", bound=Enum)

@@ -68,3 +68,14 @@ def test_connector_text_follows_the_objects_it_was_given() -> None:
     assert '"pending": 3' in changed
     renamed = make_connector("text-cache-2")
     assert '"name": "text-cache-2"' in views.connector_text(renamed, counts)
+
+
+def test_a_json_column_first_null_then_an_object_is_keyed_right() -> None:
+    decoded, calls = _decoder()
+    empty = decoded(("a", None, 1))
+    full = decoded(("a", {"k": [1]}, 1))
+    assert full is not empty
+    assert decoded(("a", {"k": [1]}, 1)) is full
+    assert decoded(("a", None, 1)) is empty  # the column keyed as text now: None stays None
+    assert decoded(("a", {"k": [2]}, 1)) is not full
+    assert len(calls) == 3
