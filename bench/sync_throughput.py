@@ -58,6 +58,7 @@ from webhooksink import SinkProcess
 
 from syncd.config import Config
 from syncd.daemon import Daemon
+from syncd.heap import tune_collector
 from syncd.logs import configure_logging
 from syncd.models import DocStatus
 
@@ -918,6 +919,11 @@ def main() -> None:
     parser.add_argument("--dlt-write-disposition", choices=("merge", "append"), default="merge")
     parser.add_argument("--profile", type=Path, help="write cProfile dumps of syncd here")
     parser.add_argument(
+        "--default-gc",
+        action="store_true",
+        help="keep CPython's collector settings (syncd run tunes them: syncd.heap)",
+    )
+    parser.add_argument(
         "--indexer",
         choices=("store", "queued", "webhook"),
         default="store",
@@ -926,6 +932,9 @@ def main() -> None:
         "sink, next to a hand-written loop POSTing the same documents",
     )
     args = parser.parse_args()
+    if not args.default_gc:
+        # As syncd run does; for every phase of the process alike, bare loops included.
+        tune_collector()
     INDEXER["type"] = args.indexer
     configure_logging("warning", "console")
     if args.indexer == "webhook":
