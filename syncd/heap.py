@@ -23,9 +23,10 @@ YOUNG_THRESHOLD = 50_000
 
 
 def tune_collector(young: int = YOUNG_THRESHOLD) -> None:
-    """Freeze the objects alive now (modules, configuration, the daemon's components: they
-    live as long as the process) so that no collection walks them again, and collect the
-    young generation every ``young`` allocations. The older generations keep their
+    """Freeze the objects alive now (modules, configuration, the daemon's components: nearly
+    all of them live as long as the process; the few replaced later, as on a reload, stay
+    in memory) so that no collection walks them again, and collect the young generation
+    every ``young`` allocations. The older generations keep their
     thresholds, relative to the young one's collections."""
     gc.collect()  # what is garbage now is not frozen with the rest
     gc.freeze()

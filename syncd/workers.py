@@ -165,6 +165,8 @@ class Workers:
         assert me is not None
         while not self._stopping.is_set():
             await self._pacer.turn()
+            if self._stopping.is_set():
+                break  # stopped while waiting for the turn: take no new batch
             self._waiting.add(me)
             try:
                 batch = await self._queue.pop(self._batch_size, self._poll_timeout)

@@ -260,7 +260,7 @@ class PostgresDatabase:
                     await _migrate(conn)
             # After the migrations: a reader never sees a half-built schema.
             with self._translate("connect"):
-                read_pool = await self._create_pool(1, READ_POOL_SIZE, options)
+                read_pool = await self._create_pool(min(self._min_size, 1), READ_POOL_SIZE, options)
         except BaseException:
             pool.terminate()
             raise
@@ -284,14 +284,17 @@ class PostgresDatabase:
         """Close the pools: wait a while for connections in use, then cut them."""
         pools = [p for p in (self._read_pool, self._pool) if p is not None]
         self._pool = self._read_pool = None
-        for pool in pools:
-            try:
-                async with asyncio.timeout(_CLOSE_GRACE_SECONDS):
-                    await pool.close()
-            except TimeoutError:
-                pool.terminate()
-            except _DRIVER_ERRORS:
-                # Closing is best effort: a connection that is already gone needs no goodbye.
+        try:
+            # Both at once: one grace period in all.
+            async with asyncio.timeout(_CLOSE_GRACE_SECONDS):
+                await asyncio.gather(*(pool.close() for pool in pools))
+        except TimeoutError:
+            pass
+        except _DRIVER_ERRORS:
+            pass  # closing is best effort: a connection already gone needs no goodbye
+        finally:
+            # Whatever did not close in time (or at all, if cancelled) is cut.
+            for pool in pools:
                 pool.terminate()
 
     def acquire(self) -> asyncpg.pool.PoolAcquireContext[Record]:

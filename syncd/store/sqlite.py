@@ -153,8 +153,9 @@ class SQLiteStore:
         query = sql.list_connectors(
             by_status=status is not None, after=after is not None, counted=counted
         )
-        if status is None and limit <= QUICK_LIST_LIMIT:
-            # A range of the primary key: bounded, so read on the loop's thread.
+        if counted and status is None and limit <= QUICK_LIST_LIMIT:
+            # The API's page: a range of the primary key, bounded, read on the loop's thread.
+            # (Other callers may walk every connector page after page: not on the loop.)
             return await self._db.quick.fetch_all(query, *params)
         return await self._db.reader.fetch_all(query, *params)
 

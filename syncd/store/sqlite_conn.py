@@ -13,7 +13,8 @@ WAL checkpoint on the writer. A WAL reader sees every transaction committed befo
 statement started. A ``":memory:"`` database exists only on its one connection, so there the
 reader is the writer.
 
-Reads bounded by a key or a small limit (a connector by id, a page of connectors) go to
+The API's reads bounded by a key or a small limit (a connector by id, a page of connectors,
+with their counts) go to
 :attr:`SQLiteDatabase.quick`: one more read-only connection, used synchronously on the event
 loop's thread. Such a read takes tens of µs; handing it to a connection's thread costs more,
 and while other threads run Python (the writer binding a page of documents) a thread gets the
@@ -151,7 +152,9 @@ class SQLiteQuickReader:
             try:
                 return db.execute(query, named or args).fetchall()
             except sqlite3.OperationalError as exc:
-                if exc.sqlite_errorcode not in _BUSY:
+                # Extended codes too (SQLITE_BUSY_RECOVERY, _BUSY_SNAPSHOT, ...): the primary
+                # code is the low byte.
+                if exc.sqlite_errorcode & 0xFF not in _BUSY:
                     raise _store_error(exc) from exc
             except sqlite3.Error as exc:
                 raise _store_error(exc) from exc
@@ -268,7 +271,9 @@ class SQLiteDatabase:
         return db
 
     def _connect_quick(self) -> sqlite3.Connection:
-        """The loop thread's read connection: it never waits for a lock (``timeout=0``)."""
+        """The loop thread's read connection, with no busy timeout (``timeout=0``): a read
+        that finds the database busy fails at once and goes to the read threads (SQLite may
+        still retry briefly inside a WAL read's start)."""
         with _translated():
             db = sqlite3.connect(self.path, timeout=0, isolation_level=None)
             try:

@@ -136,26 +136,29 @@ class _BusyOnce:
     database is busy for a reader (a checkpoint resetting the WAL, a process in exclusive
     locking mode): a fault injected into the real connection, not a stand-in for it."""
 
-    def __init__(self, db: sqlite3.Connection) -> None:
-        self.db, self.refused = db, 0
+    def __init__(self, db: sqlite3.Connection, code: int) -> None:
+        self.db, self.code, self.refused = db, code, 0
 
     def execute(self, query: str, params: Any = ()) -> sqlite3.Cursor:
         if not self.refused:
             self.refused += 1
             busy = sqlite3.OperationalError("database is locked")
-            busy.sqlite_errorcode = sqlite3.SQLITE_BUSY
+            busy.sqlite_errorcode = self.code
             raise busy
         return self.db.execute(query, params)
 
 
+# SQLITE_BUSY, SQLITE_LOCKED and extended codes of them (SQLITE_BUSY_RECOVERY: a WAL being
+# recovered; SQLITE_BUSY_SNAPSHOT).
+@pytest.mark.parametrize("code", [5, 6, 261, 517])
 async def test_a_busy_database_sends_quick_reads_to_the_read_threads(
-    sqlite_store: SQLiteStore,
+    sqlite_store: SQLiteStore, code: int
 ) -> None:
     store = sqlite_store
     connector = await store.create_connector(make_connector("busy"))
     real = store._db._quick_db
     assert real is not None
-    busy = _BusyOnce(real)
+    busy = _BusyOnce(real, code)
     store._db._quick_db = busy  # type: ignore[assignment]
     try:
         found = await store.get_connector_with_counts(connector.id)
