@@ -584,7 +584,20 @@ WHERE d.connector_id = $1 AND d.status <> 'deleted'"""
 RUN_PRUNED: Final = """
 UPDATE runs SET deleted = deleted + $2, deletions_held = deletions_held + $3 WHERE id = $1"""
 
-PURGE_DELETED: Final = "DELETE FROM documents WHERE status = 'deleted' AND updated_at < $1"
+# Without the connector lock, so in key order like every writer of several documents: a
+# page that sees tombstones again turns them live in that order, and a purge meeting them in
+# another (its partial index yields them by deletion time) would deadlock with it. A row
+# turned live while the purge waited for it is re-checked by FOR UPDATE and left alone. The
+# locked rows are deleted by their ctid (a TID scan): a join on the key was planned as a
+# scan of every document.
+PURGE_DELETED: Final = """
+WITH c AS (
+    SELECT ctid FROM documents
+    WHERE status = 'deleted' AND updated_at < $1
+    ORDER BY connector_id, external_id
+    FOR UPDATE
+)
+DELETE FROM documents WHERE ctid = ANY(ARRAY(SELECT ctid FROM c))"""
 
 # The sample of rejections is read and rewritten only when a page rejected records (the
 # connector row lock of the fence serialises the run's writes); a null sample or note leaves

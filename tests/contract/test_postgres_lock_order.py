@@ -7,6 +7,9 @@ first, the prune second; then ``a`` is released. A prune that had already locked
 (in a statement before, or out of key order) would then wait for the finish, which waits
 for it: PostgreSQL aborts one of them with ``deadlock_detected`` (as each test did before
 the prune locked in key order).
+
+The tombstone purge takes no connector lock either: the last test races it the same way
+with a page commit that turns its tombstones live again.
 """
 
 from __future__ import annotations
@@ -234,5 +237,65 @@ async def test_unmarking_held_deletions_locks_in_id_order_whatever_the_plan(
         found = await states(admin, c)
         assert found["a"] == (DocStatus.INDEXED, False)
         assert found["z"] == (DocStatus.INDEXED, False)
+    finally:
+        await store.close()
+
+
+async def test_a_purge_does_not_deadlock_with_a_page_seeing_its_tombstones_again(
+    postgres_dsn: str,
+    admin: asyncpg.Connection[asyncpg.Record],
+    holder: asyncpg.Connection[asyncpg.Record],
+) -> None:
+    # Tombstones: z (deleted first) and a. A page sees both again and turns them live in id
+    # order, a then z; the purge (no connector lock) must lock them in that order too,
+    # whatever its plan meets first: a sequential scan, with z's tombstone stored before
+    # a's (as the partial index on deletion times would also order them).
+    database = await admin.fetchval("SELECT current_database()")
+    for setting in ("enable_indexscan", "enable_bitmapscan"):
+        await admin.execute(f'ALTER DATABASE "{database}" SET {setting} = off')
+    store = PostgresStore(postgres_dsn)
+    await store.open()
+    try:
+        c = await store.create_connector(make_connector())
+        run_id = await start_run(store, c.id, now=at(1))
+
+        async def page(docs: list[str], deletions: list[str], seconds: float) -> list[str]:
+            return await store.commit_page(
+                c.id,
+                run_id,
+                [make_doc(e) for e in docs],
+                next_cursor=None,
+                source_state={},
+                now=at(seconds),
+                deletions=deletions,
+                delete_now=True,
+            )
+
+        await page(["a", "z"], [], 2)
+        await page([], ["z"], 3)
+        await page([], ["a"], 4)
+        rows = await admin.fetch(
+            "SELECT external_id FROM documents WHERE connector_id = $1 ORDER BY ctid", c.id
+        )
+        assert [r["external_id"] for r in rows] == ["z", "a"]
+
+        tx = holder.transaction()
+        await tx.start()
+        try:
+            await holder.execute(
+                "SELECT 1 FROM documents WHERE connector_id = $1 AND external_id = 'a' FOR UPDATE",
+                c.id,
+            )
+            committing = asyncio.create_task(page(["a", "z"], [], 5))
+            await wait_until(blocked(admin, 1))
+            purging = asyncio.create_task(store.purge_deleted(at(5)))
+            await wait_until(blocked(admin, 2))
+        finally:
+            await tx.rollback()
+        enqueued, purged = await asyncio.gather(committing, purging)
+        assert enqueued == ["a", "z"]
+        assert purged == 0
+        found = await states(admin, c)
+        assert found == {"a": (DocStatus.PENDING, False), "z": (DocStatus.PENDING, False)}
     finally:
         await store.close()
