@@ -414,7 +414,22 @@ FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::text[])
     AS u (id, outcome, finished_at, error)
 WHERE r.id = u.id AND r.outcome = 'running'"""
 
-DELETE_CONNECTOR_DOCUMENTS: Final = "DELETE FROM documents WHERE connector_id = $1"
+# In id order, like every writer of several documents: a finish, claim or lease sweep takes
+# no connector lock, and a deletion meeting the rows in another order (a sequential scan)
+# could deadlock with it. The locked rows are deleted through a join on the key, not by
+# ctid: a row a finish rewrote while the deletion waited for it is locked at its new
+# version, which the statement's snapshot cannot see, so a delete by ctid would leave it
+# behind; the join meets the old version and deletes the latest one.
+DELETE_CONNECTOR_DOCUMENTS: Final = """
+WITH c AS (
+    SELECT external_id FROM documents
+    WHERE connector_id = $1
+    ORDER BY external_id
+    FOR UPDATE
+)
+DELETE FROM documents AS d
+USING c
+WHERE d.connector_id = $1 AND d.external_id = c.external_id"""
 DELETE_CONNECTOR_COUNTS: Final = "DELETE FROM document_count_deltas WHERE connector_id = $1"
 DELETE_CONNECTOR: Final = "DELETE FROM connectors WHERE id = $1"  # runs go by cascade
 

@@ -8,8 +8,9 @@ first, the prune second; then ``a`` is released. A prune that had already locked
 for it: PostgreSQL aborts one of them with ``deadlock_detected`` (as each test did before
 the prune locked in key order).
 
-The tombstone purge takes no connector lock either: the last test races it the same way
-with a page commit that turns its tombstones live again.
+The tombstone purge takes no connector lock either: a test races it the same way with a
+page commit that turns its tombstones live again. Deleting a connector holds its row, but a
+finish does not: the last test races the two.
 """
 
 from __future__ import annotations
@@ -297,5 +298,64 @@ async def test_a_purge_does_not_deadlock_with_a_page_seeing_its_tombstones_again
         assert purged == 0
         found = await states(admin, c)
         assert found == {"a": (DocStatus.PENDING, False), "z": (DocStatus.PENDING, False)}
+    finally:
+        await store.close()
+
+
+async def test_deleting_a_connector_does_not_deadlock_with_a_finish(
+    postgres_dsn: str,
+    admin: asyncpg.Connection[asyncpg.Record],
+    holder: asyncpg.Connection[asyncpg.Record],
+) -> None:
+    # The finish of a and z locks them in id order; the deletion of the connector's
+    # documents must too, whatever its plan meets first: a sequential scan, with a's latest
+    # version stored after z's.
+    database = await admin.fetchval("SELECT current_database()")
+    for setting in ("enable_indexscan", "enable_bitmapscan"):
+        await admin.execute(f'ALTER DATABASE "{database}" SET {setting} = off')
+    store = PostgresStore(postgres_dsn)
+    await store.open()
+    try:
+        c = await store.create_connector(make_connector())
+        await crawl(store, c, "c1", "a", "z")
+        now = at(3)
+        claimed = await store.claim_documents(
+            c.id, ["a", "z"], lease_token="w", lease_until=now + timedelta(minutes=5), now=now
+        )
+        assert sorted(d.external_id for d in claimed) == ["a", "z"]
+        moved = await admin.execute(
+            "UPDATE documents SET updated_at = updated_at"
+            " WHERE connector_id = $1 AND external_id = 'a'",
+            c.id,
+        )
+        assert moved == "UPDATE 1"
+        rows = await admin.fetch(
+            "SELECT external_id FROM documents WHERE connector_id = $1 ORDER BY ctid", c.id
+        )
+        assert [r["external_id"] for r in rows] == ["z", "a"]
+
+        tx = holder.transaction()
+        await tx.start()
+        try:
+            await holder.execute(
+                "SELECT 1 FROM documents WHERE connector_id = $1 AND external_id = 'a' FOR UPDATE",
+                c.id,
+            )
+            results = [("a", DocStatus.INDEXED, None), ("z", DocStatus.INDEXED, None)]
+            finishing = asyncio.create_task(store.finish_documents(c.id, "w", results, now=now))
+            await wait_until(blocked(admin, 1))
+            deleting = asyncio.create_task(store.delete_connector(c.id))
+            await wait_until(blocked(admin, 2))
+        finally:
+            await tx.rollback()
+        finished, _ = await asyncio.gather(finishing, deleting)
+        # The deletion waited for the finish, then deleted the versions it wrote.
+        assert finished == 2
+        assert await store.get_connector(c.id) is None
+        assert await states(admin, c) == {}
+        left = await admin.fetchval(
+            "SELECT count(*) FROM document_count_deltas WHERE connector_id = $1", c.id
+        )
+        assert left == 0
     finally:
         await store.close()
