@@ -1,5 +1,8 @@
 """Every SQL statement of the PostgreSQL store: versioned migrations and named queries.
 
+The document counters' SQL lives in :mod:`syncd.store.postgres_counters_sql`; the names
+the store uses are re-bound here, so that every statement is read as ``postgres_sql.NAME``.
+
 Column lists come from :mod:`syncd.store.codec`, whose converters build the parameters and
 read the rows. Identifiers that are compared and sorted (connector, run and external ids)
 use the ``"C"`` collation, so that ordering and keyset pagination are byte-wise, as in the
@@ -10,6 +13,7 @@ from __future__ import annotations
 
 from typing import Final
 
+from syncd.store import postgres_counters_sql as counters
 from syncd.store.codec import CLAIM_COLUMNS, CONNECTOR_COLUMNS, DOCUMENT_COLUMNS, RUN_COLUMNS
 
 MIGRATION_LOCK_KEY: Final = 0x73796E6364_01
@@ -27,11 +31,13 @@ LOCK_MIGRATIONS: Final = "SELECT pg_advisory_xact_lock($1)"
 CURRENT_VERSION: Final = f"SELECT coalesce(max(version), 0) FROM {SCHEMA_VERSION_TABLE}"
 RECORD_VERSION: Final = f"INSERT INTO {SCHEMA_VERSION_TABLE} (version) VALUES ($1)"
 
-COUNT_DELTAS_KEPT: Final = 32
-"""Delta rows of one connector above which a write folds them (see migration 8)."""
-
-COUNT_LOCK_CLASS: Final = 0x73796E63
-"""First key of the advisory try-lock of one connector's fold (the second is its id's hash)."""
+# The document counters' SQL lives in postgres_counters_sql; the store reads these names
+# here (errors name a statement by its name in this module).
+COUNT_DELTAS_KEPT: Final = counters.COUNT_DELTAS_KEPT
+COUNT_LOCK_CLASS: Final = counters.COUNT_LOCK_CLASS
+DOCUMENT_COUNTS: Final = counters.DOCUMENT_COUNTS
+DOCUMENT_TOTALS: Final = counters.DOCUMENT_TOTALS
+DELETE_CONNECTOR_COUNTS: Final = counters.DELETE_CONNECTOR_COUNTS
 
 # Versioned migrations, applied in order, each exactly once. Never edit a released one:
 # append a new version instead.
@@ -230,58 +236,7 @@ CREATE TABLE document_count_deltas (
 
 CREATE INDEX document_count_deltas_connector_idx ON document_count_deltas (connector_id);
 
-CREATE OR REPLACE FUNCTION syncd_count_documents() RETURNS trigger LANGUAGE plpgsql AS $fn$
-DECLARE
-    touched text[];
-    c text;
-BEGIN
-    IF TG_OP = 'INSERT' THEN
-        WITH d AS (
-            INSERT INTO document_count_deltas (connector_id, status, delta)
-            SELECT connector_id, status, count(*) FROM new_rows GROUP BY connector_id, status
-            RETURNING connector_id
-        )
-        SELECT array_agg(DISTINCT connector_id) INTO touched FROM d;
-    ELSIF TG_OP = 'DELETE' THEN
-        WITH d AS (
-            INSERT INTO document_count_deltas (connector_id, status, delta)
-            SELECT connector_id, status, -count(*) FROM old_rows GROUP BY connector_id, status
-            RETURNING connector_id
-        )
-        SELECT array_agg(DISTINCT connector_id) INTO touched FROM d;
-    ELSE
-        -- Only the statuses that changed count (a lease extension writes nothing here).
-        WITH d AS (
-            INSERT INTO document_count_deltas (connector_id, status, delta)
-            SELECT connector_id, status, sum(delta) FROM (
-                SELECT connector_id, status, 1::bigint AS delta FROM new_rows
-                UNION ALL
-                SELECT connector_id, status, -1::bigint FROM old_rows
-            ) AS t
-            GROUP BY connector_id, status
-            HAVING sum(delta) <> 0
-            RETURNING connector_id
-        )
-        SELECT array_agg(DISTINCT connector_id) INTO touched FROM d;
-    END IF;
-    FOREACH c IN ARRAY coalesce(touched, '{{}}') LOOP
-        IF (SELECT count(*) FROM (
-                SELECT 1 FROM document_count_deltas WHERE connector_id = c
-                LIMIT {COUNT_DELTAS_KEPT + 1}
-            ) AS kept) > {COUNT_DELTAS_KEPT}
-           AND pg_try_advisory_xact_lock({COUNT_LOCK_CLASS}, hashtext(c)) THEN
-            -- Exactly the rows deleted are summed: a delta committed meanwhile stays.
-            WITH gone AS (
-                DELETE FROM document_count_deltas WHERE connector_id = c
-                RETURNING status, delta
-            )
-            INSERT INTO document_count_deltas (connector_id, status, delta)
-            SELECT c, status, sum(delta) FROM gone GROUP BY status HAVING sum(delta) <> 0;
-        END IF;
-    END LOOP;
-    RETURN NULL;
-END
-$fn$;
+{counters.COUNT_FUNCTION}
 
 CREATE TRIGGER documents_counted_insert AFTER INSERT ON documents
     REFERENCING NEW TABLE AS new_rows
@@ -331,22 +286,13 @@ WHERE ($1::text IS NULL OR status = $1) AND ($2::text IS NULL OR id > $2)
 ORDER BY id
 LIMIT $3"""
 
-# A connector's counts as one jsonb object (``{}`` without documents), summed from the deltas
-# (migration 8): one statement answers a connector with its counts.
-_COUNTS_OBJECT: Final = """
-    coalesce((
-        SELECT jsonb_object_agg(k.status, k.n) FROM (
-            SELECT status, sum(delta)::bigint AS n FROM document_count_deltas
-            WHERE connector_id = connectors.id GROUP BY status
-        ) AS k
-    ), '{}') AS document_counts"""
-
+# With the connector's document counts (postgres_counters_sql).
 GET_CONNECTOR_COUNTED: Final = (
-    f"SELECT {_CONNECTOR_COLUMNS}, {_COUNTS_OBJECT} FROM connectors WHERE id = $1"
+    f"SELECT {_CONNECTOR_COLUMNS}, {counters.COUNTS_OBJECT} FROM connectors WHERE id = $1"
 )
 
 LIST_CONNECTORS_COUNTED: Final = f"""
-SELECT {_CONNECTOR_COLUMNS}, {_COUNTS_OBJECT} FROM connectors
+SELECT {_CONNECTOR_COLUMNS}, {counters.COUNTS_OBJECT} FROM connectors
 WHERE ($1::text IS NULL OR status = $1) AND ($2::text IS NULL OR id > $2)
 ORDER BY id
 LIMIT $3"""
@@ -430,7 +376,6 @@ WITH c AS (
 DELETE FROM documents AS d
 USING c
 WHERE d.connector_id = $1 AND d.external_id = c.external_id"""
-DELETE_CONNECTOR_COUNTS: Final = "DELETE FROM document_count_deltas WHERE connector_id = $1"
 DELETE_CONNECTOR: Final = "DELETE FROM connectors WHERE id = $1"  # runs go by cascade
 
 # --- run writes, fenced by run id ---------------------------------------------------------
@@ -686,11 +631,6 @@ SELECT {_DOCUMENT_COLUMNS} FROM documents
 WHERE connector_id = $1 AND status = $3 AND external_id > $4
 ORDER BY external_id LIMIT $2"""
 
-# The counters (migration 8), never the documents themselves.
-DOCUMENT_COUNTS: Final = """
-SELECT status, sum(delta)::bigint AS n FROM document_count_deltas WHERE connector_id = $1
-GROUP BY status"""
-
 PENDING_DOCUMENTS: Final = """
 SELECT connector_id, external_id FROM documents
 WHERE status = 'pending'
@@ -809,10 +749,8 @@ RETURNING d.external_id"""
 
 PING: Final = "SELECT 1"
 
-# Metrics (syncd/metrics.py): whole-store totals, one aggregate query each.
-DOCUMENT_TOTALS: Final = """
-SELECT status, sum(delta)::bigint AS n FROM document_count_deltas GROUP BY status"""
-
+# Metrics (syncd/metrics.py): whole-store totals, one aggregate query each (the document
+# totals are in postgres_counters_sql).
 CONNECTOR_TOTALS: Final = """
 SELECT status, sync_status, count(*) AS n FROM connectors GROUP BY status, sync_status"""
 
