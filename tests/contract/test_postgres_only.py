@@ -82,22 +82,8 @@ def docs(n: int, *, version: int = 0) -> list[DocumentInput]:
 
 
 @pytest.fixture
-async def store(postgres_dsn: str) -> AsyncIterator[PostgresStore]:
-    s = PostgresStore(postgres_dsn)
-    await s.open()
-    try:
-        yield s
-    finally:
-        await s.close()
-
-
-@pytest.fixture
-async def admin(postgres_dsn: str) -> AsyncIterator[asyncpg.Connection[asyncpg.Record]]:
-    conn: asyncpg.Connection[asyncpg.Record] = await asyncpg.connect(postgres_dsn)
-    try:
-        yield conn
-    finally:
-        await conn.close()
+def store(postgres_store: PostgresStore) -> PostgresStore:
+    return postgres_store  # this module's tests are PostgreSQL's alone
 
 
 def database_of(dsn: str) -> str:
