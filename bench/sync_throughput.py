@@ -38,7 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -53,10 +53,12 @@ import redis.asyncio as aioredis
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from queued_floor import Claimed, Index, postgres_queued_floor, sqlite_queued_floor
 from sourceserver import SourceProcess
 from webhooksink import SinkProcess
 
 from syncd.config import Config
+from syncd.configsections import WorkersConfig
 from syncd.daemon import Daemon
 from syncd.heap import tune_collector
 from syncd.logs import configure_logging
@@ -216,6 +218,25 @@ def workers_section(args: argparse.Namespace) -> dict[str, Any]:
     return workers
 
 
+def worker_shape(args: argparse.Namespace) -> tuple[int, int]:
+    """syncd's ``[workers]`` concurrency and batch size for this run (the floor loops use
+    the same)."""
+    defaults = WorkersConfig()
+    return (
+        args.workers if args.workers is not None else defaults.concurrency,
+        args.worker_batch_size if args.worker_batch_size is not None else defaults.batch_size,
+    )
+
+
+def floor_lines(n: int, floor: tuple[int, float, float], crawl: float, indexed: float) -> None:
+    """The queued floor's rates, and syncd's queued path against it."""
+    floor_n, floor_crawl, floor_indexed = floor
+    print(rate_line("queued floor crawl (upsert + queue, claim + finish beside):", n, floor_crawl))
+    print(rate_line("queued floor, everything indexed:", floor_n, floor_indexed))
+    print(f"ratio syncd crawl / floor crawl:            {floor_crawl / crawl:5.2f}")
+    print(f"ratio syncd everything indexed / floor:     {floor_indexed / indexed:5.2f}")
+
+
 def embedded_config(tmp: Path, args: argparse.Namespace) -> Config:
     return Config.from_mapping(
         {
@@ -335,6 +356,12 @@ async def run_embedded(args: argparse.Namespace) -> None:
         tmp = Path(d)
         await wait_for_source(source.url)
         n, bare = await bare_sqlite(source.url, tmp / "bare.db")
+        floor = None
+        if args.indexer == "queued":
+            concurrency, batch = worker_shape(args)
+            floor = await sqlite_queued_floor(
+                source.url, tmp / "floor.db", workers=concurrency, batch_size=batch
+            )
         async with Daemon(embedded_config(tmp, args), serve_api=False) as daemon:
             crawl, indexed = await syncd_run(daemon, source.url, n, Profiler(args.profile))
             aborts = await abort_latencies(daemon, source.url, args.aborts)
@@ -346,6 +373,10 @@ async def run_embedded(args: argparse.Namespace) -> None:
     print(f"syncd crawl + everything indexed:          {indexed_rate:10.0f} docs/s")
     print(f"ratio crawl / bare: {crawl_rate / bare_rate:.2f} (target >= 0.7)")
     print(f"ratio everything indexed / bare: {indexed_rate / bare_rate:.2f}")
+    if floor is not None:
+        floor_lines(n, floor, crawl, indexed)
+        print(f"ratio floor crawl / bare: {floor[0] / floor[1] / bare_rate:.2f}")
+        print(f"ratio floor everything indexed / bare: {floor[0] / floor[2] / bare_rate:.2f}")
     print(describe_aborts(aborts))
 
 
@@ -452,6 +483,18 @@ ON CONFLICT (connector_id, external_id) DO UPDATE SET
     status = 'pending', content_hash = excluded.content_hash, payload = excluded.payload,
     updated_at = excluded.updated_at
 WHERE d.content_hash <> excluded.content_hash"""
+
+
+async def create_bare_schema(dsn: str, schema: str) -> None:
+    """BARE_SCHEMA's table (syncd's shape, payloads as text) in ``schema``."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        # Payloads as text, as syncd keeps them (its migration 2).
+        ddl = BARE_SCHEMA.replace("bare.", f"{schema}.")
+        ddl = ddl.replace("payload      jsonb", "payload      text")
+        await conn.execute(ddl.replace("CREATE SCHEMA bare;", f"CREATE SCHEMA {schema};"))
+    finally:
+        await conn.close()
 
 
 async def bare_postgres(
@@ -675,6 +718,21 @@ async def run_postgres(args: argparse.Namespace) -> None:
                 source.url, dsn, meter, meter_cpu.setdefault("copy", {})
             )
             await checkpoint(dsn)
+            floor = None
+            if args.indexer == "queued":
+                concurrency, batch = worker_shape(args)
+                await create_bare_schema(dsn, "floor")
+                with meter.measure(meter_cpu.setdefault("floor", {})):
+                    floor = await postgres_queued_floor(
+                        source.url,
+                        dsn,
+                        args.redis_url,
+                        prefix,
+                        "floor",
+                        workers=concurrency,
+                        batch_size=batch,
+                    )
+                await checkpoint(dsn)
 
             config = postgres_config(dsn, args.redis_url, prefix, args)
             async with Daemon(config, serve_api=False) as daemon:
@@ -711,11 +769,16 @@ async def run_postgres(args: argparse.Namespace) -> None:
     copy_rate = copy_n / copy_seconds
     print(f"ratio syncd crawl / append-only:    {crawl_rate / copy_rate:5.2f} (target >= 0.6)")
     print(f"ratio everything indexed / bare:    {indexed_rate / bare_rate:5.2f}")
+    walls = {"bare": bare, "copy": copy_seconds, "syncd": indexed}
+    if floor is not None:
+        floor_lines(n, floor, crawl, indexed)
+        print(f"ratio floor crawl / bare:           {floor[0] / floor[1] / bare_rate:5.2f}")
+        print(f"ratio floor everything indexed / bare: {floor[0] / floor[2] / bare_rate:5.2f}")
+        walls["floor"] = floor[2]
     if dlt_rate is not None:
         print(f"ratio syncd crawl / dlt:            {crawl_rate / dlt_rate:5.2f} (target >= 3)")
         print(f"ratio everything indexed / dlt:     {indexed_rate / dlt_rate:5.2f} (target >= 1.5)")
     print(describe_aborts(aborts))
-    walls = {"bare": bare, "copy": copy_seconds, "syncd": indexed}
     if isinstance(dlt, tuple):
         walls["dlt"] = dlt[1]
     for phase, cpu in meter_cpu.items():
@@ -805,13 +868,59 @@ class Round:
     indexed: float
     hand_cpu: dict[str, float]
     syncd_cpu: dict[str, float]
+    floor: float
+    floor_cpu: dict[str, float]
+
+
+FloorRun = Callable[[int, Index], Awaitable[tuple[int, float, float]]]
+"""Round number, what a floor worker does with a claimed batch -> the queued floor's result
+(``queued_floor``) on a fresh table."""
+
+
+def webhook_floor_index(session: aiohttp.ClientSession, sink_url: str, batch_size: int) -> Index:
+    """The queued floor's worker step for the webhook: POST the claimed documents as syncd's
+    webhook indexer does (one per POST, or ``batch_size`` per POST), the payload spliced in
+    as the JSON text the store returned."""
+    headers = {"Content-Type": "application/json"}
+
+    async def post(body: bytes) -> None:
+        async with session.post(sink_url, data=body, headers=headers) as resp:
+            await resp.read()
+            if not 200 <= resp.status < 300:
+                raise SystemExit(f"queued floor: HTTP {resp.status} from the sink")
+
+    def item(doc: tuple[str, str, str]) -> dict[str, Any]:
+        external_id, digest, payload = doc
+        return {
+            "connector_id": "bare",
+            "external_id": external_id,
+            "content_hash": digest,
+            "payload": orjson.Fragment(payload),
+        }
+
+    async def index(documents: Claimed) -> None:
+        if batch_size == 1:
+            for doc in documents:
+                await post(orjson.dumps({"op": "upsert", **item(doc)}))
+            return
+        for start in range(0, len(documents), batch_size):
+            chunk = [item(d) for d in documents[start : start + batch_size]]
+            await post(orjson.dumps({"op": "upsert", "connector_id": "bare", "documents": chunk}))
+
+    return index
 
 
 async def webhook_rounds(
-    daemon: Daemon, args: argparse.Namespace, source_url: str, sink: SinkProcess, n: int
+    daemon: Daemon,
+    args: argparse.Namespace,
+    source_url: str,
+    sink: SinkProcess,
+    n: int,
+    floor: FloorRun,
 ) -> list[Round]:
-    """``args.rounds`` times: the hand-written loop, then syncd's webhook indexer, on the
-    same documents; the sink checked after each phase."""
+    """``args.rounds`` times: the hand-written loop, the queued floor posting to the sink,
+    then syncd's webhook indexer, on the same documents; the sink checked after each
+    phase."""
     meter = CpuMeter(None, sink.pid)
     concurrency = daemon.config.workers.concurrency
     indexer = {"type": "webhook", "url": sink.url, "batch_size": args.batch_size}
@@ -821,6 +930,12 @@ async def webhook_rounds(
         with meter.measure(hand_cpu):
             hand = await bare_webhook(source_url, sink.url, f"hand-{i}", concurrency)
         await check_sink(sink, "hand-written loop", n)
+        floor_cpu: dict[str, float] = {}
+        async with aiohttp.ClientSession() as session:
+            with meter.measure(floor_cpu):
+                index = webhook_floor_index(session, sink.url, args.batch_size)
+                _, _, floor_seconds = await floor(i, index)
+        await check_sink(sink, "queued floor", n)
         syncd_cpu: dict[str, float] = {}
         profiler = Profiler(args.profile if i == 0 else None)
         with meter.measure(syncd_cpu):
@@ -828,7 +943,7 @@ async def webhook_rounds(
                 daemon, source_url, n, profiler, indexer=indexer, name=f"bench-{i}"
             )
         await check_sink(sink, "syncd", n)
-        rounds.append(Round(hand, crawl, indexed, hand_cpu, syncd_cpu))
+        rounds.append(Round(hand, crawl, indexed, hand_cpu, syncd_cpu, floor_seconds, floor_cpu))
     return rounds
 
 
@@ -839,6 +954,7 @@ def report_webhook(
     hand = med(r.hand for r in rounds)
     crawl = med(r.crawl for r in rounds)
     indexed = med(r.indexed for r in rounds)
+    floor = med(r.floor for r in rounds)
     bare_rate, hand_rate, indexed_rate = n / bare, n / hand, n / indexed
     print(
         f"records: {n} in pages of {args.page_size} (~1 KB each); webhook batch_size "
@@ -846,13 +962,16 @@ def report_webhook(
     )
     print(rate_line(bare_label, n, bare))
     print(rate_line("hand-written loop, one POST per document:", n, hand))
+    print(rate_line("queued floor (claim + finish in the store, POSTs):", n, floor))
     print(rate_line("syncd crawl (webhook indexer):", n, crawl))
     print(rate_line("syncd crawl + everything indexed:", n, indexed))
     target = "(target >= 0.9 at batch_size 1)" if args.batch_size == 1 else ""
     print(f"ratio everything indexed / hand-written loop: {indexed_rate / hand_rate:5.2f} {target}")
     target = "(target >= 0.7 at batch_size 100)" if args.batch_size > 1 else ""
     print(f"ratio everything indexed / bare storage loop: {indexed_rate / bare_rate:5.2f} {target}")
-    for label, key in (("hand", "hand_cpu"), ("syncd", "syncd_cpu")):
+    print(f"ratio everything indexed / queued floor:      {indexed_rate * floor / n:5.2f}")
+    print(f"ratio queued floor / hand-written loop:       {n / floor / hand_rate:5.2f}")
+    for label, key in (("hand", "hand_cpu"), ("floor", "floor_cpu"), ("syncd", "syncd_cpu")):
         cpu = {k: med(getattr(r, key)[k] for r in rounds) for k in rounds[0].hand_cpu}
         per_doc = ", ".join(f"{k} {v / n * 1e6:.0f}" for k, v in cpu.items() if v >= 0.05)
         print(f"{label:>6}: CPU µs per document (medians): {per_doc}")
@@ -878,14 +997,37 @@ async def run_webhook(args: argparse.Namespace) -> None:
                     source.url, dsn, args.redis_url, prefix, CpuMeter(None), {}
                 )
                 await checkpoint(dsn)
+                concurrency, batch = worker_shape(args)
+
+                async def pg_floor(i: int, index: Index) -> tuple[int, float, float]:
+                    await create_bare_schema(dsn, f"floor{i}")
+                    return await postgres_queued_floor(
+                        source.url,
+                        dsn,
+                        args.redis_url,
+                        prefix,
+                        f"floor{i}",
+                        workers=concurrency,
+                        batch_size=batch,
+                        index=index,
+                    )
+
                 config = postgres_config(dsn, args.redis_url, prefix, args)
                 async with Daemon(config, serve_api=False) as daemon:
-                    rounds = await webhook_rounds(daemon, args, source.url, sink, n)
+                    rounds = await webhook_rounds(daemon, args, source.url, sink, n, pg_floor)
             label = "(a) bare loop (read-ahead, COPY + upsert, RPUSH per page):"
         else:
             n, bare = await bare_sqlite(source.url, Path(d) / "bare.db")
+            concurrency, batch = worker_shape(args)
+
+            async def sqlite_floor(i: int, index: Index) -> tuple[int, float, float]:
+                db = Path(d) / f"floor-{i}.db"
+                return await sqlite_queued_floor(
+                    source.url, db, workers=concurrency, batch_size=batch, index=index
+                )
+
             async with Daemon(embedded_config(Path(d), args), serve_api=False) as daemon:
-                rounds = await webhook_rounds(daemon, args, source.url, sink, n)
+                rounds = await webhook_rounds(daemon, args, source.url, sink, n, sqlite_floor)
             label = "bare loop (aiohttp + sqlite3.executemany):"
     report_webhook(args, n, bare, label, rounds)
 
