@@ -95,6 +95,32 @@ def budget_key(url: str | URL, hosts: Mapping[str, HostBudget]) -> str | None:
     return with_port if with_port in hosts else name
 
 
+class KeyCache:
+    """:func:`budget_key` remembered per URL text: a webhook POSTs to one URL over and over,
+    and parsing it was a measurable part of each POST. Bounded (a source's page URLs differ
+    by their cursor): emptied when full."""
+
+    __slots__ = ("_hosts", "_keys")
+
+    SIZE = 256
+
+    def __init__(self, hosts: Mapping[str, HostBudget]) -> None:
+        self._hosts = hosts
+        self._keys: dict[str, str | None] = {}
+
+    def __call__(self, url: str | URL) -> str | None:
+        if not isinstance(url, str):
+            return budget_key(url, self._hosts)
+        try:
+            return self._keys[url]
+        except KeyError:
+            pass
+        if len(self._keys) >= self.SIZE:
+            self._keys.clear()
+        key = self._keys[url] = budget_key(url, self._hosts)
+        return key
+
+
 class Lease:
     """The right to send one request; :meth:`release` (idempotent) once it has ended."""
 
@@ -202,10 +228,11 @@ class LocalHostBudgets:
         self._clock = clock
         self._sleep: Sleep = sleep if sleep is not None else asyncio.sleep
         self._state: dict[str, _Host] = {}
+        self._key = KeyCache(self.hosts)
 
     def key(self, url: str | URL) -> str | None:
         """The budget ``url`` draws from (:func:`budget_key`)."""
-        return budget_key(url, self.hosts)
+        return self._key(url)
 
     def _host(self, key: str) -> _Host:
         state = self._state.get(key)
@@ -221,6 +248,15 @@ class LocalHostBudgets:
     async def acquire(self, key: str, *, on_wait: OnWait | None = None) -> Lease:
         """See :meth:`HostBudgets.acquire`."""
         state = self._host(key)
+        if (
+            state.budget is None
+            and state.slots is None
+            and not state.turn.locked()
+            and state.cooldown_until - self._clock() <= _COOLDOWN_SLACK
+        ):
+            # A host without a budget, no cooldown, nobody waiting: nothing to wait for
+            # (and no lock to take, which was most of this call's cost per request).
+            return _FREE
         async with state.turn:
             slots = state.slots
             if slots is not None:
@@ -419,7 +455,7 @@ class RedisHostBudgets:
 
     def key(self, url: str | URL) -> str | None:
         """The budget ``url`` draws from (:func:`budget_key`)."""
-        return budget_key(url, self.hosts)
+        return self._local.key(url)
 
     async def open(self) -> None:
         """Create the client (connections are made on first use)."""
