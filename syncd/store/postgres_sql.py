@@ -651,13 +651,17 @@ ORDER BY connector_id, external_id LIMIT $1"""
 # autovacuum analyzes it, and "external_id = ANY($2)" was then planned as a scan of every
 # pending document of the connector for each batch (quadratic in the backlog). So the ids
 # drive one locking index probe each, in id order (a subquery with FOR UPDATE is never
-# flattened into a join), and the locked rows are updated by their ctid (a TID scan).
+# flattened into a join). The locked rows are updated through a join on the key, not by
+# ctid: a row rewritten while the claim waited for it is locked at its new version, which
+# the statement's snapshot cannot see, so an update by ctid skipped it (the document then
+# stayed pending with its queue entry gone); the join meets the old version and updates the
+# latest one.
 _CLAIM: Final = """
 WITH c AS (
-    SELECT l.ctid
+    SELECT l.external_id
     FROM (SELECT DISTINCT unnest($2::text[]) AS external_id ORDER BY 1) AS i
     CROSS JOIN LATERAL (
-        SELECT p.ctid FROM documents AS p
+        SELECT p.external_id FROM documents AS p
         WHERE p.connector_id = $1 AND p.external_id = i.external_id AND p.status = 'pending'
         FOR UPDATE
     ) AS l
@@ -665,7 +669,8 @@ WITH c AS (
 UPDATE documents AS d SET
     status = 'running', lease_token = $3, lease_until = $4, attempts = d.attempts + 1,
     updated_at = $5
-WHERE d.ctid = ANY(ARRAY(SELECT ctid FROM c))
+FROM c
+WHERE d.connector_id = $1 AND d.external_id = c.external_id
 RETURNING """
 _CLAIM_COLUMNS: Final = ", ".join(f"d.{c}" for c in DOCUMENT_COLUMNS)
 CLAIM_DOCUMENTS: Final = f"{_CLAIM}{_CLAIM_COLUMNS}, d.payload"
@@ -676,16 +681,18 @@ CLAIM_DOCUMENTS_NO_PAYLOAD: Final = f"{_CLAIM}{_CLAIM_COLUMNS}"
 # status index -- dead ones included, one per document claimed since the last vacuum -- so
 # each finish read every document the sync had claimed so far (quadratic in the sync).
 # Each id is one locking probe of the primary key, in id order; the locked rows are updated
-# by their ctid. The caller passes each id once.
+# through a join on the key, as the claim's are (the worker's own lease renewal rewrites
+# its documents: by ctid, a finish that waited for it skipped them, and they stayed running
+# until their lease expired). The caller passes each id once.
 FINISH_DOCUMENTS: Final = """
 WITH c AS (
-    SELECT l.ctid, r.status, r.error
+    SELECT l.external_id, r.status, r.error
     FROM (
         SELECT * FROM unnest($4::text[], $5::text[], $6::text[]) AS t(external_id, status, error)
         ORDER BY t.external_id COLLATE "C"
     ) AS r
     CROSS JOIN LATERAL (
-        SELECT p.ctid FROM documents AS p
+        SELECT p.external_id FROM documents AS p
         WHERE p.connector_id = $1 AND p.external_id = r.external_id
           AND p.status = 'running' AND p.lease_token = $2
         FOR UPDATE
@@ -697,7 +704,7 @@ UPDATE documents AS d SET
     indexed_at = CASE WHEN c.status = 'indexed' THEN $3 ELSE d.indexed_at END,
     payload = CASE WHEN c.status = 'deleted' THEN 'null' ELSE d.payload END
 FROM c
-WHERE d.ctid = c.ctid"""
+WHERE d.connector_id = $1 AND d.external_id = c.external_id"""
 
 EXTEND_LEASES: Final = """
 WITH c AS (

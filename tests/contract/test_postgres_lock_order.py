@@ -1,4 +1,4 @@
-"""Row lock order of the PostgreSQL prune against a worker finishing the same documents.
+"""Row locks of the PostgreSQL store's document writers: lock order, and rows rewritten meanwhile.
 
 A prune holds the connector's row; a worker's finish does not, so only the order in which
 each locks documents keeps them from deadlocking. Each test makes the worst interleaving
@@ -10,7 +10,11 @@ the prune locked in key order).
 
 The tombstone purge takes no connector lock either: a test races it the same way with a
 page commit that turns its tombstones live again. Deleting a connector holds its row, but a
-finish does not: the last test races the two.
+finish does not: a test races the two.
+
+A claim or a finish that waited for a row rewritten meanwhile (the worker's own lease
+renewal, a page commit) writes its latest version: the last two tests rewrite a document
+under a claim and a finish waiting for it.
 """
 
 from __future__ import annotations
@@ -345,3 +349,82 @@ async def test_deleting_a_connector_does_not_deadlock_with_a_finish(
         assert left == 0
     finally:
         await store.close()
+
+
+async def rewrite_while_held(
+    admin: asyncpg.Connection[asyncpg.Record],
+    holder: asyncpg.Connection[asyncpg.Record],
+    c: Connector,
+    setting: str,
+    write: Callable[[], Awaitable[object]],
+) -> object:
+    """Rewrite document ``a`` (``SET setting``) in an open transaction, start ``write``,
+    let it queue for ``a``, then commit the rewrite; ``write``'s result."""
+    tx = holder.transaction()
+    await tx.start()
+    try:
+        await holder.execute(
+            f"UPDATE documents SET {setting} WHERE connector_id = $1 AND external_id = 'a'",
+            c.id,
+        )
+        task = asyncio.create_task(write())
+        await wait_until(blocked(admin, 1))
+    except BaseException:
+        await tx.rollback()
+        raise
+    await tx.commit()
+    return await task
+
+
+async def test_a_finish_records_a_document_rewritten_while_it_waited(
+    store: PostgresStore,
+    admin: asyncpg.Connection[asyncpg.Record],
+    holder: asyncpg.Connection[asyncpg.Record],
+) -> None:
+    # The worker's own lease renewal rewrites its documents: a finish that queued behind it
+    # must write the new version, not skip the row (which would leave the document running
+    # until its lease expired, then index it again).
+    c = await store.create_connector(make_connector())
+    await crawl(store, c, "c1", "a", "z")
+    now = at(3)
+    await store.claim_documents(
+        c.id, ["a", "z"], lease_token="w", lease_until=now + timedelta(minutes=5), now=now
+    )
+    results = [("a", DocStatus.INDEXED, None), ("z", DocStatus.INDEXED, None)]
+    finished = await rewrite_while_held(
+        admin,
+        holder,
+        c,
+        "lease_until = lease_until + interval '1 minute'",
+        lambda: store.finish_documents(c.id, "w", results, now=now),
+    )
+    assert finished == 2
+    assert await states(admin, c) == {
+        "a": (DocStatus.INDEXED, False),
+        "z": (DocStatus.INDEXED, False),
+    }
+
+
+async def test_a_claim_takes_a_document_rewritten_while_it_waited(
+    store: PostgresStore,
+    admin: asyncpg.Connection[asyncpg.Record],
+    holder: asyncpg.Connection[asyncpg.Record],
+) -> None:
+    # A pending document rewritten (still pending) while the claim waited for it is claimed,
+    # not skipped: a skipped one would stay pending with its queue entry already taken.
+    c = await store.create_connector(make_connector())
+    await crawl(store, c, "c1", "a", "z")
+    now = at(3)
+
+    async def claim() -> list[str]:
+        docs = await store.claim_documents(
+            c.id, ["a", "z"], lease_token="w", lease_until=now + timedelta(minutes=5), now=now
+        )
+        return [d.external_id for d in docs]
+
+    claimed = await rewrite_while_held(admin, holder, c, "updated_at = updated_at", claim)
+    assert claimed == ["a", "z"]
+    assert await states(admin, c) == {
+        "a": (DocStatus.RUNNING, False),
+        "z": (DocStatus.RUNNING, False),
+    }
