@@ -1,4 +1,4 @@
-"""The embedded state store: one SQLite file through aiosqlite (DESIGN.md §1).
+"""The embedded state store: one SQLite file (DESIGN.md §1).
 
 Each method is its domain steps over the verbs of :class:`SQLiteDatabase`
 (:mod:`syncd.store.sqlite_conn`: one connection in WAL mode, its lock, migrations and the
@@ -7,6 +7,7 @@ translation of driver errors); every statement lives in :mod:`syncd.store.sqlite
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
@@ -341,28 +342,34 @@ class SQLiteStore:
         page_ids = [d.external_id for d in documents]
         ids = dump_json(page_ids)
         crawl_id = crawl.id if crawl is not None else None
-        async with self._db.transaction() as tx:
-            checkpointed = await tx.execute(
+
+        # The whole transaction runs on the writer's thread in one trip, the page's plan
+        # (pure) included: a page commit is the store's hottest write, and it shares the
+        # writer with the workers' claims and finishes.
+        def write(conn: sqlite3.Connection) -> tuple[list[DocumentInput], list[str]]:
+            checkpointed = conn.execute(
                 sql.CHECKPOINT_PAGE,
-                next_cursor,
-                state,
-                len(documents),
-                at,
-                crawl_id,
-                None if crawl is None else crawl.full,
-                connector_id,
-                run_id,
-            )
+                (
+                    next_cursor,
+                    state,
+                    len(documents),
+                    at,
+                    crawl_id,
+                    None if crawl is None else crawl.full,
+                    connector_id,
+                    run_id,
+                ),
+            ).rowcount
             if checkpointed != 1:
                 raise Fenced(f"run {run_id} is no longer the current run of {connector_id}")
             existing = {
                 r[0]: ExistingDocument(r[1], DocStatus(r[2]), r[3], DocOp(r[4]))
-                for r in await tx.fetch_all(sql.EXISTING_DOCUMENTS, connector_id, ids)
+                for r in conn.execute(sql.EXISTING_DOCUMENTS, (connector_id, ids))
             }
             enqueue = plan_page(documents, existing)
             if enqueue:
                 # Each payload is serialised exactly once, and only when it is written.
-                await tx.executemany(
+                conn.executemany(
                     sql.UPSERT_DOCUMENT,
                     [
                         (connector_id, d.external_id, d.content_hash, payload_text(d), at, status)
@@ -372,30 +379,29 @@ class SQLiteStore:
             # What a full crawl saw, for its prune: one row for the page. An incremental
             # crawl never prunes and keeps nothing.
             if crawl is not None and crawl.full and page_ids:
-                await tx.execute(sql.SEEN_PAGE, connector_id, crawl.id, ids)
+                conn.execute(sql.SEEN_PAGE, (connector_id, crawl.id, ids))
             gone: list[str] = []
             if deletions:
                 # A tombstone for an id the page also holds as a record is not a deletion.
                 seen = set(page_ids)
                 doomed = dump_json([e for e in dict.fromkeys(deletions) if e not in seen])
                 target = DocStatus.DELETED if delete_now else DocStatus.PENDING
-                rows = await tx.fetch_all(sql.DELETE_IDS, target.value, at, connector_id, doomed)
+                rows = conn.execute(
+                    sql.DELETE_IDS, (target.value, at, connector_id, doomed)
+                ).fetchall()
                 gone = sorted(r[0] for r in rows)
             sample = None
             if rejected:
-                run = await tx.fetch_one(sql.RUN_REJECTIONS, run_id)
+                run = conn.execute(sql.RUN_REJECTIONS, (run_id,)).fetchone()
                 if run is not None:
                     sample = merge_rejections(run[1], int(run[0]) + 1, rejected)
-            await tx.execute(
+            conn.execute(
                 sql.COUNT_PAGE,
-                len(documents),
-                len(enqueue),
-                len(rejected),
-                sample,
-                note,
-                len(gone),
-                run_id,
+                (len(documents), len(enqueue), len(rejected), sample, note, len(gone), run_id),
             )
+            return enqueue, gone
+
+        enqueue, gone = await self._db.run_transaction(write)
         queued = [] if delete_now else gone
         return [d.external_id for d in enqueue] + queued
 

@@ -2,7 +2,11 @@
 in WAL mode, the migrations, and a handful of verbs over the named statements of
 :mod:`syncd.store.sqlite_sql`.
 
-One connection writes. Its statements are serialised by an ``asyncio.Lock``; a transaction
+One connection writes, on a thread of its own (:class:`~syncd.store.sqlite_writer.Writer`).
+Writes are handed to it under an ``asyncio.Lock``: a statement, or a whole transaction
+(:meth:`SQLiteDatabase.run_transaction`), is queued on the thread in one trip and awaited
+after the lock is released, so the next write is queued while this one runs; a transaction
+of several trips (:meth:`SQLiteDatabase.transaction`) holds the lock throughout. A transaction
 takes the database's write lock up front (``BEGIN IMMEDIATE``), so a read-modify-write is
 atomic even when another process (a restarted daemon while the old one is still exiting) opens
 the same file. Such a second writer waits up to ``busy_timeout`` seconds for the lock.
@@ -31,17 +35,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import sqlite3
-from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
+import threading
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import aiosqlite
 
 from syncd.errors import NameConflict, StoreError
 from syncd.store import sqlite_sql as sql
+from syncd.store.sqlite_writer import Writer
 
 __all__ = ["SQLiteDatabase", "SQLiteQuickReader", "SQLiteReader", "SQLiteSession"]
+
+T = TypeVar("T")
 
 _MEMORY = ":memory:"
 #: Read connections of a file database: a long read (a count over many documents) leaves
@@ -65,7 +74,7 @@ def _translated() -> Iterator[None]:
         raise StoreError(f"SQLite error: {exc}") from exc
 
 
-async def _rollback(db: aiosqlite.Connection) -> None:
+async def _rollback(db: Writer) -> None:
     # Queued behind whatever the connection's thread is still running (a statement whose
     # awaiting task was cancelled), so it always sees the real transaction state; a no-op
     # when no transaction is open.
@@ -81,7 +90,7 @@ class SQLiteSession:
 
     __slots__ = ("_db",)
 
-    def __init__(self, db: aiosqlite.Connection) -> None:
+    def __init__(self, db: aiosqlite.Connection | Writer) -> None:
         self._db = db
 
     async def fetch_all(self, query: str, *args: Any, **named: Any) -> list[sqlite3.Row]:
@@ -184,7 +193,7 @@ class SQLiteDatabase:
         self.path = path if str(path) == _MEMORY else Path(path)
         """The database file (or ``":memory:"``)."""
         self._busy_timeout = busy_timeout
-        self._db: aiosqlite.Connection | None = None
+        self._db: Writer | None = None
         self._lock = asyncio.Lock()
         self._reader_count = readers if isinstance(self.path, Path) else 0
         # The read connections not in use; None while closed (and always for ":memory:",
@@ -236,19 +245,15 @@ class SQLiteDatabase:
                 with _translated():
                     await db.close()
 
-    async def _connect(self) -> aiosqlite.Connection:
+    async def _connect(self) -> Writer:
         if isinstance(self.path, Path):
             try:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
                 raise StoreError(f"cannot create {self.path.parent}: {exc}") from exc
         with _translated():
-            # isolation_level=None: the store issues BEGIN itself, sqlite3 never does.
-            db = await aiosqlite.connect(
-                self.path, timeout=self._busy_timeout, isolation_level=None
-            )
+            db = await Writer.open(self.path, timeout=self._busy_timeout)
             try:
-                db.row_factory = sqlite3.Row
                 await self._enable_wal(db)
                 for pragma in sql.PRAGMAS_PER_CONNECTION:
                     await db.execute(pragma)
@@ -285,7 +290,7 @@ class SQLiteDatabase:
                 raise
         return db
 
-    async def _enable_wal(self, db: aiosqlite.Connection) -> None:
+    async def _enable_wal(self, db: Writer) -> None:
         # Switching a new file to WAL needs an exclusive lock and SQLite does not wait for
         # it through the busy handler: when several processes open a new file at once, the
         # losers retry until busy_timeout.
@@ -302,7 +307,7 @@ class SQLiteDatabase:
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.1)
 
-    def _connection(self) -> aiosqlite.Connection:
+    def _connection(self) -> Writer:
         if self._db is None:
             raise StoreError("the SQLite store is not open")
         return self._db
@@ -335,25 +340,52 @@ class SQLiteDatabase:
             # thread: the next one queues behind it there, so the connection can go back now.
             idle.put_nowait(db)
 
+    async def _one_trip(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        """``work`` queued on the writer's thread under the lock (so never inside another
+        caller's transaction), awaited after it (so the next write queues meanwhile)."""
+        async with self._lock:
+            trip = self._connection().submit(work)
+        with _translated():
+            return await trip
+
     async def fetch_all(self, query: str, *args: Any, **named: Any) -> list[sqlite3.Row]:
         """Every row."""
-        async with self._autocommit() as s:
-            return await s.fetch_all(query, *args, **named)
+        return await self._one_trip(functools.partial(_fetch_all, query, named or args))
 
     async def fetch_one(self, query: str, *args: Any, **named: Any) -> sqlite3.Row | None:
         """The first row, or ``None``."""
-        async with self._autocommit() as s:
-            return await s.fetch_one(query, *args, **named)
+        rows = await self.fetch_all(query, *args, **named)
+        return rows[0] if rows else None
 
     async def fetch_value(self, query: str, *args: Any, **named: Any) -> Any:
         """The first column of the first row (``None`` without a row)."""
-        async with self._autocommit() as s:
-            return await s.fetch_value(query, *args, **named)
+        row = await self.fetch_one(query, *args, **named)
+        return None if row is None else row[0]
 
     async def execute(self, query: str, *args: Any, **named: Any) -> int:
         """Run one statement (atomic on its own); the number of rows it wrote."""
-        async with self._autocommit() as s:
-            return await s.execute(query, *args, **named)
+        return await self._one_trip(functools.partial(_rowcount, query, named or args))
+
+    async def run_transaction(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        """``work(connection)`` in one write transaction (``BEGIN IMMEDIATE``, then ``COMMIT``,
+        or ``ROLLBACK`` if it raises), all of it in one trip to the writer's thread.
+
+        For the hot writes (a page commit): :meth:`transaction` takes a trip per statement.
+        ``work`` runs on the writer's thread: it must use nothing but the connection and pure
+        functions. Cancelled, it returns only once the transaction has ended: rolled back,
+        unless its ``COMMIT`` had already begun (as with :meth:`transaction`).
+        """
+        cancelled = threading.Event()
+        async with self._lock:
+            trip = self._connection().submit(functools.partial(_in_transaction, work, cancelled))
+        with _translated():
+            try:
+                return await asyncio.shield(trip)
+            except asyncio.CancelledError:
+                cancelled.set()
+                with contextlib.suppress(Exception):
+                    await trip
+                raise
 
     @contextlib.asynccontextmanager
     async def transaction(self) -> AsyncIterator[SQLiteSession]:
@@ -377,7 +409,7 @@ async def _close_all(connections: Iterable[aiosqlite.Connection]) -> None:
         await db.close()
 
 
-async def _migrate(db: aiosqlite.Connection) -> None:
+async def _migrate(db: Writer) -> None:
     # Under the write lock, so that two processes opening a new file migrate it once.
     try:
         await db.execute(sql.BEGIN_IMMEDIATE)
@@ -392,3 +424,37 @@ async def _migrate(db: aiosqlite.Connection) -> None:
     except BaseException:
         await _rollback(db)
         raise
+
+
+def _fetch_all(query: str, parameters: Any, connection: sqlite3.Connection) -> list[sqlite3.Row]:
+    return connection.execute(query, parameters).fetchall()
+
+
+def _rowcount(query: str, parameters: Any, connection: sqlite3.Connection) -> int:
+    return connection.execute(query, parameters).rowcount
+
+
+class _Abandoned(Exception):
+    """The caller of a one-trip transaction was cancelled before its ``COMMIT``."""
+
+
+def _in_transaction(
+    work: Callable[[sqlite3.Connection], T],
+    cancelled: threading.Event,
+    connection: sqlite3.Connection,
+) -> T:
+    """On the writer's thread: ``work`` between ``BEGIN IMMEDIATE`` and ``COMMIT``; rolled
+    back if it raises or its caller was cancelled meanwhile."""
+    connection.execute(sql.BEGIN_IMMEDIATE)
+    try:
+        out = work(connection)
+        if cancelled.is_set():
+            raise _Abandoned
+        connection.execute(sql.COMMIT)
+    except BaseException:
+        # A failed rollback must not hide the error that caused it (SQLite may have rolled
+        # back already: after some errors it does).
+        with contextlib.suppress(sqlite3.Error):
+            connection.execute(sql.ROLLBACK)
+        raise
+    return out

@@ -245,6 +245,8 @@ def set_user_version(version: int) -> str:
 
 
 BEGIN_IMMEDIATE = "BEGIN IMMEDIATE"
+COMMIT = "COMMIT"
+ROLLBACK = "ROLLBACK"
 PING = "SELECT 1"
 
 # --- connectors -------------------------------------------------------------------------
