@@ -135,7 +135,7 @@ CREATE TEMPORARY TABLE bare_staging (
 LEASE = timedelta(minutes=5)
 
 
-async def _pages(
+async def read_ahead(
     session: aiohttp.ClientSession, url: str, out: asyncio.Queue[list[dict[str, Any]] | None]
 ) -> None:
     """Read ahead: fetch every page into ``out`` (one page waiting at most), then None."""
@@ -178,7 +178,7 @@ async def _crawl_and_index(
     started = time.perf_counter()
     tasks = [asyncio.create_task(worker(), name=f"floor-worker:{i}") for i in range(workers)]
     async with aiohttp.ClientSession() as session:
-        reader = asyncio.create_task(_pages(session, url, pages), name="floor-fetch")
+        reader = asyncio.create_task(read_ahead(session, url, pages), name="floor-fetch")
         try:
             while (records := await pages.get()) is not None:
                 rows = _rows(records)

@@ -53,7 +53,13 @@ import redis.asyncio as aioredis
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from queued_floor import Claimed, Index, postgres_queued_floor, sqlite_queued_floor
+from queued_floor import (
+    Claimed,
+    Index,
+    postgres_queued_floor,
+    read_ahead,
+    sqlite_queued_floor,
+)
 from sourceserver import SourceProcess
 from webhooksink import SinkProcess
 
@@ -510,25 +516,12 @@ async def bare_postgres(
         queue_key = f"{prefix}:bare:q"
         pages: asyncio.Queue[list[dict[str, Any]] | None] = asyncio.Queue(maxsize=1)
 
-        async def fetch_all(session: aiohttp.ClientSession) -> None:
-            cursor: str | None = None
-            while True:
-                params = {"cursor": cursor} if cursor else {}
-                async with session.get(url + "/items", params=params) as resp:
-                    resp.raise_for_status()
-                    body = orjson.loads(await resp.read())
-                await pages.put(body["data"])
-                cursor = body.get("next_cursor")
-                if not cursor:
-                    break
-            await pages.put(None)
-
         count = 0
         sha256 = hashlib.sha256
         started = time.perf_counter()
         async with aiohttp.ClientSession() as session, contextlib.AsyncExitStack() as stack:
             stack.enter_context(meter.measure(cpu))
-            reader = asyncio.create_task(fetch_all(session), name="bare-fetch")
+            reader = asyncio.create_task(read_ahead(session, url, pages), name="bare-fetch")
             try:
                 while (records := await pages.get()) is not None:
                     rows = []
@@ -578,25 +571,12 @@ async def bare_postgres_copy(
         await conn.execute(COPY_SCHEMA)
         pages: asyncio.Queue[list[dict[str, Any]] | None] = asyncio.Queue(maxsize=1)
 
-        async def fetch_all(session: aiohttp.ClientSession) -> None:
-            cursor: str | None = None
-            while True:
-                params = {"cursor": cursor} if cursor else {}
-                async with session.get(url + "/items", params=params) as resp:
-                    resp.raise_for_status()
-                    body = orjson.loads(await resp.read())
-                await pages.put(body["data"])
-                cursor = body.get("next_cursor")
-                if not cursor:
-                    break
-            await pages.put(None)
-
         count = 0
         sha256 = hashlib.sha256
         started = time.perf_counter()
         async with aiohttp.ClientSession() as session, contextlib.AsyncExitStack() as stack:
             stack.enter_context(meter.measure(cpu))
-            reader = asyncio.create_task(fetch_all(session), name="copy-fetch")
+            reader = asyncio.create_task(read_ahead(session, url, pages), name="copy-fetch")
             try:
                 while (records := await pages.get()) is not None:
                     now = datetime.now(UTC)

@@ -46,7 +46,7 @@ import aiosqlite
 
 from syncd.errors import NameConflict, StoreError
 from syncd.store import sqlite_sql as sql
-from syncd.store.sqlite_writer import Writer
+from syncd.store.sqlite_writer import Writer, changed_rows, fetch_rows
 
 __all__ = ["SQLiteDatabase", "SQLiteQuickReader", "SQLiteReader", "SQLiteSession"]
 
@@ -350,7 +350,7 @@ class SQLiteDatabase:
 
     async def fetch_all(self, query: str, *args: Any, **named: Any) -> list[sqlite3.Row]:
         """Every row."""
-        return await self._one_trip(functools.partial(_fetch_all, query, named or args))
+        return await self._one_trip(functools.partial(fetch_rows, query, named or args))
 
     async def fetch_one(self, query: str, *args: Any, **named: Any) -> sqlite3.Row | None:
         """The first row, or ``None``."""
@@ -364,7 +364,7 @@ class SQLiteDatabase:
 
     async def execute(self, query: str, *args: Any, **named: Any) -> int:
         """Run one statement (atomic on its own); the number of rows it wrote."""
-        return await self._one_trip(functools.partial(_rowcount, query, named or args))
+        return await self._one_trip(functools.partial(changed_rows, query, named or args))
 
     async def run_transaction(self, work: Callable[[sqlite3.Connection], T]) -> T:
         """``work(connection)`` in one write transaction (``BEGIN IMMEDIATE``, then ``COMMIT``,
@@ -424,14 +424,6 @@ async def _migrate(db: Writer) -> None:
     except BaseException:
         await _rollback(db)
         raise
-
-
-def _fetch_all(query: str, parameters: Any, connection: sqlite3.Connection) -> list[sqlite3.Row]:
-    return connection.execute(query, parameters).fetchall()
-
-
-def _rowcount(query: str, parameters: Any, connection: sqlite3.Connection) -> int:
-    return connection.execute(query, parameters).rowcount
 
 
 class _Abandoned(Exception):

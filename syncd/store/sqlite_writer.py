@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-__all__ = ["Writer", "Written"]
+__all__ = ["Writer", "Written", "changed_rows", "fetch_rows"]
 
 T = TypeVar("T")
 
@@ -79,11 +79,11 @@ class Writer:
 
     async def execute_fetchall(self, sql: str, parameters: Any = ()) -> list[sqlite3.Row]:
         """Run a statement; every row it returns."""
-        return await self.submit(functools.partial(_fetch_all, sql, parameters))
+        return await self.submit(functools.partial(fetch_rows, sql, parameters))
 
     async def execute(self, sql: str, parameters: Any = ()) -> Written:
         """Run a statement; the rows it changed."""
-        return await self.submit(functools.partial(_execute, sql, parameters))
+        return Written(await self.submit(functools.partial(changed_rows, sql, parameters)))
 
     async def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> Written:
         """Run a statement once per parameter row; the rows changed in all."""
@@ -120,12 +120,14 @@ def _connect(path: str | Path, timeout: float) -> sqlite3.Connection:
     return connection
 
 
-def _fetch_all(sql: str, parameters: Any, connection: sqlite3.Connection) -> list[sqlite3.Row]:
+def fetch_rows(sql: str, parameters: Any, connection: sqlite3.Connection) -> list[sqlite3.Row]:
+    """On the writer's thread: every row of a statement."""
     return connection.execute(sql, parameters).fetchall()
 
 
-def _execute(sql: str, parameters: Any, connection: sqlite3.Connection) -> Written:
-    return Written(connection.execute(sql, parameters).rowcount)
+def changed_rows(sql: str, parameters: Any, connection: sqlite3.Connection) -> int:
+    """On the writer's thread: run a statement; the rows it changed."""
+    return connection.execute(sql, parameters).rowcount
 
 
 def _execute_many(
