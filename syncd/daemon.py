@@ -31,7 +31,8 @@ from syncd.changes import ChangeFeed
 from syncd.config import Config
 from syncd.errors import SyncdError
 from syncd.events import EventHub
-from syncd.http.budget import HostBudgets, open_budgets
+from syncd.http.budget import HostBudgets
+from syncd.http.budget_redis import open_budgets
 from syncd.http.transport import Timeouts, Transport, resolve_timeouts
 from syncd.indexers.base import IndexerContext, IndexerFactory
 from syncd.maintenance import Maintenance

@@ -13,13 +13,8 @@ import pytest
 import redis.asyncio as aioredis
 
 from syncd.config import HostBudget
-from syncd.http.budget import (
-    HostBudgets,
-    LocalHostBudgets,
-    RedisHostBudgets,
-    budget_key,
-    open_budgets,
-)
+from syncd.http.budget import HostBudgets, LocalHostBudgets, budget_key
+from syncd.http.budget_redis import RedisHostBudgets, open_budgets
 from syncd.models import WaitReason
 
 Waits = list[tuple[WaitReason, float]]

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from syncd.http.budget import RedisHostBudgets
+from syncd.http.budget_redis import RedisHostBudgets
 from syncd.models import WaitReason
 
 
