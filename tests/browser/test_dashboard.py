@@ -21,6 +21,8 @@ from tests.integration.sourceserver import SourceServer
 
 from .conftest import TOKEN, Dashboard, Proxy, StartDashboard
 
+pytestmark = pytest.mark.needs("chromium")
+
 SECRET = "Bearer sup3r-s3cret"
 
 
