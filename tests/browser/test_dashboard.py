@@ -129,6 +129,32 @@ async def test_the_list_shows_connectors_and_one_connector_its_details(
         await page.screenshot(path=screenshots / "daemon.png")
 
 
+async def test_the_config_shows_the_auth_shape_and_no_secret(
+    dashboard: Dashboard, page: Page
+) -> None:
+    d = dashboard
+    async with SourceServer(1) as server:
+        auth = {
+            "type": "oauth2",
+            "grant": "client_credentials",
+            "token_url": f"{server.url}/token",
+            "client_id": "canary-client-id",
+            "client_secret": "canary-client-secret",
+            "scopes": ["tickets.read"],
+        }
+        c = await d.daemon.create_connector(
+            {"name": "oauth", "source": {**http_source(server), "auth": auth}}
+        )
+        await page.goto(f"{d.url}#/c/{c.id}")
+        config = page.locator("#c-config")
+        await expect(config).to_contain_text('"grant": "client_credentials"')
+        await expect(config).to_contain_text(f'"token_url": "{server.url}/token"')
+        await expect(config).to_contain_text('"client_secret": "***"')
+        await expect(config).to_contain_text('"client_id": "***"')
+        await expect(config).to_contain_text('"tickets.read"')
+        assert "canary" not in await page.content()
+
+
 async def without_events(page: Page) -> None:
     """Make ``/events`` answer 404 to the page, as a daemon without it does."""
 
