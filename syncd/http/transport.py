@@ -62,8 +62,8 @@ from syncd.errors import (
 from syncd.http.budget import HostBudgets, OnWait, hold_budget, note_cooldown
 from syncd.http.retry_after import clamp_retry_after, parse_retry_after
 from syncd.http.timeouts import Timeouts, resolve_timeouts
-from syncd.logs import mask_url_passwords
 from syncd.models import WaitReason
+from syncd.observability.logs import mask_url_passwords
 
 __all__ = [
     "DEFAULT_TIMEOUTS",

@@ -79,8 +79,9 @@ def test_the_state_rules_import_no_io() -> None:
 
 def test_backends_import_no_layer_above_them() -> None:
     graph = import_graph()
-    above = {"syncd.sync", "syncd.scheduler", "syncd.workers", "syncd.service", "syncd.daemon"}
-    above |= {"syncd.api", "syncd.cli", "syncd.runner", "syncd.maintenance"}
+    above = {"syncd.pipeline.engine", "syncd.scheduler", "syncd.indexing.workers"}
+    above |= {"syncd.service.operations", "syncd.daemon.core", "syncd.daemon.runner"}
+    above |= {"syncd.api", "syncd.cli.main", "syncd.indexing.maintenance"}
     for module, deps in graph.items():
         if module.startswith(("syncd.store", "syncd.queue")):
             assert not deps & above, (module, deps & above)
