@@ -15,7 +15,7 @@ was due, not sent, so a client that falls behind does not hide a slow server; a 
 answered within ``--timeout`` seconds is a timeout. Then every run is aborted and the same
 load measures the idle daemon, with the documents the syncs wrote. The benchmark samples the
 daemon's event-loop lag (a timer every 100 ms) during each phase. As ``syncd run`` does, the
-garbage collector is tuned once the daemon has started (``syncd.heap``), unless
+garbage collector is tuned once the daemon has started (``syncd.daemon.heap``), unless
 ``--default-gc``.
 
 Printed: each round, then the medians of the rounds, and the machine's load average.
@@ -60,9 +60,9 @@ from sync_throughput import (
 
 from syncd.config import Config
 from syncd.daemon import Daemon
-from syncd.heap import tune_collector
-from syncd.logs import configure_logging
+from syncd.daemon.heap import tune_collector
 from syncd.models import DocStatus
+from syncd.observability.logs import configure_logging
 
 HERE = Path(__file__).resolve()
 TARGET_P99_MS = 25.0
@@ -398,7 +398,7 @@ def main() -> None:
     parser.add_argument(
         "--default-gc",
         action="store_true",
-        help="keep CPython's collector settings (syncd run tunes them: syncd.heap)",
+        help="keep CPython's collector settings (syncd run tunes them: syncd.daemon.heap)",
     )
     parser.add_argument(
         "--skip-counts",

@@ -52,8 +52,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from syncd.config import Config
 from syncd.daemon import Daemon
-from syncd.logs import configure_logging
 from syncd.models import Connector, new_id, utcnow
+from syncd.observability.logs import configure_logging
 from syncd.store import codec, sqlite_sql
 from syncd.store import postgres_sql as pg_sql
 from syncd.store.postgres import PostgresStore

@@ -64,11 +64,11 @@ from sourceserver import SourceProcess
 from webhooksink import SinkProcess
 
 from syncd.config import Config
-from syncd.configsections import WorkersConfig
+from syncd.config.sections import WorkersConfig
 from syncd.daemon import Daemon
-from syncd.heap import tune_collector
-from syncd.logs import configure_logging
+from syncd.daemon.heap import tune_collector
 from syncd.models import DocStatus
+from syncd.observability.logs import configure_logging
 
 HERE = Path(__file__).resolve().parent
 
@@ -1043,7 +1043,7 @@ def main() -> None:
     parser.add_argument(
         "--default-gc",
         action="store_true",
-        help="keep CPython's collector settings (syncd run tunes them: syncd.heap)",
+        help="keep CPython's collector settings (syncd run tunes them: syncd.daemon.heap)",
     )
     parser.add_argument(
         "--indexer",

@@ -25,8 +25,8 @@ from syncd.errors import (
 from syncd.models import Document, Page
 
 if TYPE_CHECKING:
-    from syncd.config import Config
-    from syncd.daemon import Daemon
+    from syncd.config.loader import Config
+    from syncd.daemon.core import Daemon
     from syncd.http.paginator import AsyncCursorPaginator, CancelToken
 
 __all__ = [
@@ -58,11 +58,11 @@ def __getattr__(name: str) -> Any:
 
         return getattr(paginator, name)
     if name == "Daemon":
-        from syncd.daemon import Daemon
+        from syncd.daemon.core import Daemon
 
         return Daemon
     if name == "Config":
-        from syncd.config import Config
+        from syncd.config.loader import Config
 
         return Config
     raise AttributeError(f"module 'syncd' has no attribute {name!r}")

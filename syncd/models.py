@@ -139,7 +139,7 @@ class Connector:
     page_retry_backoff: float = DEFAULT_PAGINATOR.page_retry_backoff
     throttle_seconds: float = DEFAULT_PAGINATOR.throttle_seconds
     retry_on_status: tuple[int, ...] = DEFAULT_PAGINATOR.retry_on_status
-    # Dotted paths the content hash covers (None: the whole record), see syncd.docinputs.
+    # Dotted paths the content hash covers (None: the whole record), see syncd.pipeline.inputs.
     hash_fields: tuple[str, ...] | None = None
     status: ConnectorStatus = ConnectorStatus.ACTIVE
     sync_status: SyncStatus = SyncStatus.IDLE

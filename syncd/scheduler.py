@@ -23,8 +23,8 @@ import structlog
 from syncd import rules
 from syncd.errors import SyncdError
 from syncd.models import Connector, RunTrigger, SyncStatus, Transition, new_id, utcnow
+from syncd.pipeline.engine import SyncEngine
 from syncd.store.base import Store
-from syncd.sync import SyncEngine
 
 log = structlog.get_logger("syncd.scheduler")
 

@@ -3,7 +3,7 @@
 ``build_app(daemon)`` registers every route of :data:`syncd.api.routes.ROUTES` and serves the
 OpenAPI document generated from that same table. Middlewares, outermost first:
 
-- pacing (with a :class:`~syncd.pacing.Pacer`): the request counts as in flight until its
+- pacing (with a :class:`~syncd.runtime.pacing.Pacer`): the request counts as in flight until its
   handler returns, its answer starts (a stream) or ``REQUEST_PRIORITY_SECONDS`` have passed,
   and background work waits meanwhile;
 0. access (only with ``log.access``): one structured ``api.access`` debug line per request
@@ -32,11 +32,11 @@ from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
 import syncd
-from syncd import pacing, ui
+from syncd import ui
 from syncd.api.openapi import Route, build_openapi
 from syncd.api.params import SERVICE
 from syncd.api.routes import CLIENT_CLOSED_REQUEST, OPENAPI, ROUTES, SYSTEM, System
-from syncd.config import ApiConfig
+from syncd.config.sections import ApiConfig
 from syncd.errors import (
     Conflict,
     NameConflict,
@@ -45,10 +45,11 @@ from syncd.errors import (
     StoreError,
     ValidationError,
 )
-from syncd.metrics import Metrics
-from syncd.pacing import Pacer
+from syncd.observability.metrics import Metrics
+from syncd.runtime import pacing
+from syncd.runtime.pacing import Pacer
 from syncd.schema import model_json_schemas
-from syncd.service import ConnectorService
+from syncd.service.operations import ConnectorService
 
 log = structlog.get_logger("syncd.api")
 #: The access lines' own logger: at debug level, shown whatever ``log.level`` when enabled.

@@ -26,12 +26,12 @@ from syncd.api.params import (
     status_param,
 )
 from syncd.errors import NotFound, ValidationError
-from syncd.events import MAX_FILTER_IDS, EventHub
-from syncd.metrics import Metrics
 from syncd.models import Connector, ConnectorStatus, DocStatus, SyncStatus
-from syncd.service import Preview
-from syncd.spec import text_problem
-from syncd.tasks import cancel_and_wait
+from syncd.observability.metrics import Metrics
+from syncd.runtime.tasks import cancel_and_wait
+from syncd.schema.spec import text_problem
+from syncd.service.events import MAX_FILTER_IDS, EventHub
+from syncd.service.operations import Preview
 
 
 class System(Protocol):
@@ -263,7 +263,7 @@ EVENT_ID_MAX_LENGTH = 256
 
 async def events(request: web.Request) -> web.StreamResponse:
     """``GET /events``: connector and run changes as Server-Sent Events (the contract is in
-    :mod:`syncd.events`). Ends when the daemon stops or the client leaves."""
+    :mod:`syncd.service.events`). Ends when the daemon stops or the client leaves."""
     ids = _connector_ids(request)
     last = request.headers.get("Last-Event-ID") or request.query.get("last_event_id")
     if last is not None and (len(last) > EVENT_ID_MAX_LENGTH or not last.isprintable()):

@@ -16,8 +16,7 @@ from collections.abc import Callable, Sequence
 
 from aiohttp import web
 
-from syncd.errors import ConfigError
-from syncd.listen import (
+from syncd.config.listen import (
     LISTEN_KEY,
     UNIX_PREFIX,
     TcpAddress,
@@ -27,6 +26,7 @@ from syncd.listen import (
     is_loopback_host,
     parse_listen,
 )
+from syncd.errors import ConfigError
 
 __all__ = ["KEY", "UNIX_PREFIX", "UNIX_SOCKET_MODE", "is_loopback", "parse_host_port", "start_api"]
 
@@ -46,13 +46,13 @@ async def start_api(
 ) -> web.AppRunner:
     """Serve ``app`` and return its started runner (``await runner.cleanup()`` stops it).
 
-    ``listen`` is parsed by :func:`syncd.listen.parse_listen`: ``host:port`` (``[::1]:8765``
+    ``listen`` is parsed by :func:`syncd.config.listen.parse_listen`: ``host:port`` (``[::1]:8765``
     for IPv6, ``:8765`` for every interface; port 0 picks a free port, read it back from
     ``runner.addresses``) or ``unix:/path`` (a stale socket file is replaced; the
     socket is created with mode 0600). A pre-bound ``sock`` (socket activation) takes
     precedence over ``listen``; ``socks`` serves several (systemd may pass a TCP and a unix
     socket), one site each, on one runner. Without ``token``, only loopback addresses and
-    unix sockets are accepted (:func:`syncd.listen.check_exposure`): anything else raises
+    unix sockets are accepted (:func:`syncd.config.listen.check_exposure`): anything else raises
     :class:`ConfigError` (``api.listen``).
     """
     passed = [*([sock] if sock is not None else []), *socks]
@@ -85,13 +85,13 @@ def _parse(listen: str) -> TcpAddress | UnixAddress:
 
 
 def parse_host_port(listen: str) -> tuple[str, int]:
-    """Deprecated: use :func:`syncd.listen.parse_listen`.
+    """Deprecated: use :func:`syncd.config.listen.parse_listen`.
 
     ``127.0.0.1:8765`` / ``[::1]:0`` / ``:8765`` (every interface) → ``(host, port)``;
     :class:`ConfigError` (``api.listen``) when malformed or a unix socket.
     """
     warnings.warn(
-        "syncd.api.server.parse_host_port is deprecated: use syncd.listen.parse_listen",
+        "syncd.api.server.parse_host_port is deprecated: use syncd.config.listen.parse_listen",
         DeprecationWarning,
         stacklevel=2,
     )
@@ -102,13 +102,13 @@ def parse_host_port(listen: str) -> tuple[str, int]:
 
 
 def is_loopback(host: str) -> bool:
-    """Deprecated: use :func:`syncd.listen.is_loopback_host` (a host) or
-    :func:`syncd.listen.is_loopback` (a parsed address).
+    """Deprecated: use :func:`syncd.config.listen.is_loopback_host` (a host) or
+    :func:`syncd.config.listen.is_loopback` (a parsed address).
 
     True for ``localhost`` and loopback IP literals; every other name counts as exposed.
     """
     warnings.warn(
-        "syncd.api.server.is_loopback is deprecated: use syncd.listen.is_loopback_host",
+        "syncd.api.server.is_loopback is deprecated: use syncd.config.listen.is_loopback_host",
         DeprecationWarning,
         stacklevel=2,
     )

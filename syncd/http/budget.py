@@ -42,7 +42,7 @@ from typing import Protocol
 import structlog
 from yarl import URL
 
-from syncd.config import HostBudget
+from syncd.config.sections import HostBudget
 from syncd.http.ratelimit import RateLimit
 from syncd.http.retry_after import clamp_retry_after, parse_retry_after
 from syncd.models import WaitReason

@@ -17,7 +17,7 @@ from typing import Any
 
 from yarl import URL
 
-from syncd.config import HostBudget
+from syncd.config.sections import HostBudget
 from syncd.http.budget import (
     FREE_LEASE,
     REPORT_THROTTLE_OVER,
@@ -28,7 +28,7 @@ from syncd.http.budget import (
     log,
 )
 from syncd.models import WaitReason
-from syncd.tasks import cancel_and_wait
+from syncd.runtime.tasks import cancel_and_wait
 
 __all__ = ["RedisHostBudgets", "open_budgets"]
 

@@ -21,8 +21,8 @@ from syncd.errors import (
 )
 from syncd.http.retry_after import clamp_retry_after
 from syncd.http.transport import BlockedAddressError, describe_url
-from syncd.logs import redact
 from syncd.models import Page, WaitReason
+from syncd.observability.logs import redact
 
 __all__ = ["AsyncCursorPaginator", "CancelToken", "FetchPage", "describe_cursor"]
 

@@ -93,8 +93,8 @@ from syncd.http.ratelimit import (
 )
 from syncd.http.retry_after import clamp_retry_after, parse_retry_after
 from syncd.http.timeouts import Timeouts, resolve_timeouts
-from syncd.logs import mask_url_passwords
 from syncd.models import WaitReason
+from syncd.observability.logs import mask_url_passwords
 
 __all__ = [
     "DEFAULT_TIMEOUTS",

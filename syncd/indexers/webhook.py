@@ -32,8 +32,8 @@ from syncd.errors import SyncdError
 from syncd.http.transport import Response
 from syncd.indexers.base import BatchFailures, IndexerContext
 from syncd.jsontext import canonical_json
-from syncd.logs import register_secret
 from syncd.models import Document
+from syncd.observability.logs import register_secret
 from syncd.sources.secrets import register_connector_secrets, resolve_refs
 
 #: Longest error taken from a webhook's per-document result.

@@ -64,7 +64,7 @@ from redis.exceptions import RedisError
 
 from syncd.errors import ConfigError, QueueError
 from syncd.queue.base import Batch, Broadcast, QueueState, Signal, Subscription, wait_event
-from syncd.tasks import cancel_and_wait
+from syncd.runtime.tasks import cancel_and_wait
 
 __all__ = ["RedisQueue"]
 

@@ -20,8 +20,8 @@ of an incremental source are tombstones (:func:`split_tombstones`).
 
 One module per topic: ``runs`` (trigger, queue, end a run), ``admission`` (a tick's
 decision), ``crawls`` (marks, full or not), ``deletions``, ``lifecycle`` (PATCH, delete),
-``documents`` (what a page writes), ``state`` (what they share). This namespace is the way
-in: callers write ``rules.trigger(...)``.
+``documents`` (what a page writes), ``state`` (what they share), ``cron`` (when a schedule
+fires next). This namespace is the way in: callers write ``rules.trigger(...)``.
 """
 
 from __future__ import annotations

@@ -8,9 +8,9 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from syncd.docinputs import external_id_of
 from syncd.errors import Conflict
 from syncd.models import Connector, ConnectorStatus, PruneAction, PruneCounts, PrunePlan, Transition
+from syncd.pipeline.inputs import external_id_of
 from syncd.rules.state import MSG_DELETING, MSG_NO_DELETIONS_HELD
 
 PRUNE_GUARD_MIN = 10

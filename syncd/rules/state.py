@@ -7,9 +7,9 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from syncd import schedule
 from syncd.errors import Fenced
 from syncd.models import Connector, ConnectorStatus, SyncStatus
+from syncd.rules.cron import next_fire
 
 MSG_DELETING = "Connector is being deleted"
 MSG_PAUSED = "Connector is paused"
@@ -44,7 +44,7 @@ def next_run_at(c: Connector, now: datetime) -> datetime | None:
     """When the connector's schedules (``sync_schedule``, ``full_crawl_schedule``) fire next
     after ``now`` (``None`` without a schedule)."""
     fires = [
-        schedule.next_fire(cron, now, c.sync_timezone)
+        next_fire(cron, now, c.sync_timezone)
         for cron in (c.sync_schedule, c.full_crawl_schedule)
         if cron
     ]
@@ -55,7 +55,7 @@ def next_full_crawl_at(c: Connector, now: datetime) -> datetime | None:
     """When the full-crawl schedule fires next after ``now`` (``None`` without one)."""
     if not c.full_crawl_schedule:
         return None
-    return schedule.next_fire(c.full_crawl_schedule, now, c.sync_timezone)
+    return next_fire(c.full_crawl_schedule, now, c.sync_timezone)
 
 
 def fence(c: Connector, run_id: str) -> None:

@@ -7,7 +7,7 @@
 - :mod:`syncd.schema.connector`: ``ConnectorCreate`` / ``ConnectorPatch`` per registry of
   kinds, :func:`connector_file_schema` and :func:`model_json_schemas`.
 
-:mod:`syncd.spec` validates request bodies through these models.
+:mod:`syncd.schema.spec` validates request bodies through these models.
 """
 
 from syncd.schema.connector import (

@@ -21,7 +21,7 @@ from pydantic_core import ErrorDetails, InitErrorDetails, PydanticCustomError
 from pydantic_core.core_schema import ValidatorFunctionWrapHandler
 from yarl import URL
 
-from syncd import schedule
+from syncd.rules import cron
 from syncd.schema.patterns import CRON_PATTERN, URL_PATTERN, compiled, time_zones
 
 MSG_NOT_OBJECT = "Must be a JSON object"
@@ -305,7 +305,7 @@ def _cron(value: Any) -> Any:
     if not isinstance(value, str):
         fail("Must be a string or null")
     expression = " ".join(value.split())
-    if not compiled(CRON_PATTERN).fullmatch(value) or not schedule.is_valid(expression):
+    if not compiled(CRON_PATTERN).fullmatch(value) or not cron.is_valid(expression):
         fail("Must be a valid 5-field cron expression")
     return expression
 

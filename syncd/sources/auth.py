@@ -36,7 +36,7 @@ from typing import Any
 
 from syncd.http.timeouts import Timeouts
 from syncd.http.transport import Transport
-from syncd.logs import MASK
+from syncd.observability.logs import MASK
 from syncd.sources.authcheck import AUTH_TYPES, OAUTH2_GRANTS, validate_auth
 from syncd.sources.credentials import (
     AuthError,

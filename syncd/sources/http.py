@@ -19,8 +19,8 @@ from yarl import URL
 from syncd.errors import ClientError, SourceError
 from syncd.http.timeouts import resolve_timeouts
 from syncd.http.transport import Response, safe_url
-from syncd.logs import redact, register_secret
 from syncd.models import Page
+from syncd.observability.logs import redact, register_secret
 from syncd.schema import HttpSourceConfig, field_errors
 from syncd.sources.auth import (
     AuthError,

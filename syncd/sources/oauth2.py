@@ -27,7 +27,7 @@ from syncd.errors import (
 from syncd.http.retry_after import parse_retry_after
 from syncd.http.timeouts import Timeouts
 from syncd.http.transport import Response, Transport, safe_url
-from syncd.logs import MASK, redact
+from syncd.observability.logs import MASK, redact
 from syncd.sources.authcheck import is_http_url
 from syncd.sources.credentials import (
     AuthError,

@@ -4,9 +4,9 @@ of a connector's secrets with the log redaction.
 Header (and parameter) values may hold ``${env:NAME}`` or ``${file:/path}``: the reference is
 stored, and resolved only when a request is sent, so the secret itself never reaches the
 store, the API or the logs. :func:`register_connector_secrets` registers every secret value
-of a connector (literal or resolved) with :mod:`syncd.logs` as soon as the connector is
-created or loaded, so that no log line or error text written before its first request can
-show one.
+of a connector (literal or resolved) with :mod:`syncd.observability.logs` as soon as the
+connector is created or loaded, so that no log line or error text written before its first
+request can show one.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from syncd.errors import SourceError
-from syncd.logs import MASK, mask_url_passwords, register_secret
+from syncd.observability.logs import MASK, mask_url_passwords, register_secret
 
 __all__ = [
     "REDACTED",
@@ -213,7 +213,8 @@ def register_connector_secrets(
     *,
     environ: Mapping[str, str] = os.environ,
 ) -> None:
-    """Register every secret of a connector with the log redaction (:func:`syncd.logs.redact`).
+    """Register every secret of a connector with the log redaction
+    (:func:`syncd.observability.logs.redact`).
 
     Call it when a connector is created, patched or loaded, and before a run builds its
     source: its secrets are then masked before any request is sent or any line is logged.

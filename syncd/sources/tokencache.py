@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from syncd.logs import register_secret, unregister_secret
+from syncd.observability.logs import register_secret, unregister_secret
 
 
 @dataclass

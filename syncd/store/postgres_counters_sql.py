@@ -92,7 +92,7 @@ DOCUMENT_COUNTS: Final = """
 SELECT status, sum(delta)::bigint AS n FROM document_count_deltas WHERE connector_id = $1
 GROUP BY status"""
 
-# Metrics (syncd/metrics.py): the whole store's counts.
+# Metrics (syncd/observability/metrics.py): the whole store's counts.
 DOCUMENT_TOTALS: Final = """
 SELECT status, sum(delta)::bigint AS n FROM document_count_deltas GROUP BY status"""
 

@@ -756,8 +756,8 @@ RETURNING d.external_id"""
 
 PING: Final = "SELECT 1"
 
-# Metrics (syncd/metrics.py): whole-store totals, one aggregate query each (the document
-# totals are in postgres_counters_sql).
+# Metrics (syncd/observability/metrics.py): whole-store totals, one aggregate query each (the
+# document totals are in postgres_counters_sql).
 CONNECTOR_TOTALS: Final = """
 SELECT status, sync_status, count(*) AS n FROM connectors GROUP BY status, sync_status"""
 

@@ -501,7 +501,7 @@ REQUEUE_DOCUMENTS_WITH_ERROR = (
     "WHERE status = 'failed' AND connector_id = ? AND error = ? RETURNING external_id"
 )
 
-# Metrics (syncd/metrics.py): whole-store totals, one aggregate query each.
+# Metrics (syncd/observability/metrics.py): whole-store totals, one aggregate query each.
 DOCUMENT_TOTALS = "SELECT status, sum(n) FROM document_counts GROUP BY status"
 CONNECTOR_TOTALS = (
     "SELECT status, sync_status, count(*) FROM connectors GROUP BY status, sync_status"

@@ -426,7 +426,7 @@ def test_what_the_cron_and_url_patterns_describe_is_accepted(cron: str, url: str
     """The server refuses what these patterns do not match; what they match it takes."""
     from syncd.models import DEFAULT_PAGINATOR
     from syncd.plugins import Registry
-    from syncd.spec import parse_create
+    from syncd.schema.spec import parse_create
 
     body = {"name": "n", "source": {"url": url}, "sync_schedule": cron}
     parse_create(body, defaults=DEFAULT_PAGINATOR, kinds=Registry.builtin())

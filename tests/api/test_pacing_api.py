@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from syncd import pacing
+from syncd.runtime import pacing
 from tests.api.conftest import Harness, StartDaemon
 
 

@@ -19,8 +19,8 @@ from aiohttp import web
 from syncd.api import start_api
 from syncd.api.server import is_loopback, parse_host_port
 from syncd.config import Config
+from syncd.config.listen import is_loopback_host
 from syncd.errors import ConfigError
-from syncd.listen import is_loopback_host
 
 
 def make_app() -> web.Application:
@@ -145,7 +145,7 @@ async def test_every_interface_with_a_token(runners: list[web.AppRunner]) -> Non
     ],
 )
 async def test_server_and_config_agree(listen: str) -> None:
-    """One rule (syncd.listen): the same refusal, word for word, from the configuration and
+    """One rule (syncd.config.listen): the same refusal, word for word, from the configuration and
     from the server handed the same string without a token."""
     with pytest.raises(ConfigError) as from_config:
         Config.from_mapping({"api": {"listen": listen}}, environ={})
@@ -183,7 +183,7 @@ def test_is_loopback_host(host: str, expected: bool) -> None:
 
 
 def test_deprecated_helpers_still_answer() -> None:
-    with pytest.warns(DeprecationWarning, match="syncd.listen.parse_listen"):
+    with pytest.warns(DeprecationWarning, match="syncd.config.listen.parse_listen"):
         assert parse_host_port("127.0.0.1:8765") == ("127.0.0.1", 8765)
     with pytest.warns(DeprecationWarning):
         assert parse_host_port("[::1]:0") == ("::1", 0)

@@ -17,7 +17,6 @@ from urllib.parse import urlsplit
 import asyncpg
 import pytest
 
-from syncd.docinputs import document_inputs
 from syncd.errors import Fenced, NameConflict, NotFound, StoreError
 from syncd.jsontext import content_hash
 from syncd.models import (
@@ -31,6 +30,7 @@ from syncd.models import (
     new_id,
     utcnow,
 )
+from syncd.pipeline.inputs import document_inputs
 from syncd.store import open_store
 from syncd.store import postgres_sql as sql
 from syncd.store.postgres import PostgresStore

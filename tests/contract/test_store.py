@@ -18,7 +18,6 @@ from typing import Any
 
 import pytest
 
-from syncd.docinputs import document_inputs
 from syncd.errors import ConfigError, Conflict, Fenced, NameConflict, NotFound, StoreError
 from syncd.models import (
     ABORTED_ERROR,
@@ -39,6 +38,7 @@ from syncd.models import (
     WaitReason,
     new_id,
 )
+from syncd.pipeline.inputs import document_inputs
 from syncd.store.base import Change, Store
 from syncd.store.sqlite import SQLiteStore
 from syncd.store.sqlite_sql import MIGRATIONS

@@ -22,8 +22,8 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from syncd import cli
 from syncd.api import views
+from syncd.cli.main import Streams, build_parser, execute
 from syncd.daemon import Daemon
 from syncd.errors import Conflict
 from syncd.models import Connector, DocStatus, Run, RunOutcome, Transition, utcnow
@@ -479,8 +479,8 @@ async def test_apply_route_and_cli_answers(tmp_path: Path, source: SourceServer)
 async def run_cli(*argv: str) -> tuple[int, str, str]:
     """A ``syncd`` client command in this event loop: exit code, stdout, stderr."""
     out, err = io.StringIO(), io.StringIO()
-    args = cli.build_parser().parse_args(argv)
-    code = await cli.execute(args, streams=cli.Streams(io.StringIO(), out, err), environ={})
+    args = build_parser().parse_args(argv)
+    code = await execute(args, streams=Streams(io.StringIO(), out, err), environ={})
     return code, out.getvalue(), err.getvalue()
 
 

@@ -1,5 +1,5 @@
 """``GET /events``: connector and run changes as Server-Sent Events, read through the real
-HTTP API (the contract is in :mod:`syncd.events`)."""
+HTTP API (the contract is in :mod:`syncd.service.events`)."""
 
 from __future__ import annotations
 
@@ -16,11 +16,11 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from syncd.changes import Change
-from syncd.cli import Streams, build_parser, execute
+from syncd.cli.main import Streams, build_parser, execute
 from syncd.config import Config
 from syncd.daemon import Daemon
-from syncd.events import COALESCE_SECONDS
+from syncd.service.changes import Change
+from syncd.service.events import COALESCE_SECONDS
 from tests.integration.conftest import embedded_config, http_source
 from tests.integration.multi import shared_config
 from tests.integration.sourceserver import SourceServer

@@ -17,14 +17,14 @@ import pytest
 import structlog
 from aiohttp import web
 
-from syncd import logs
 from syncd.daemon import Daemon
 from syncd.errors import SourceError
 from syncd.http.paginator import AsyncCursorPaginator
 from syncd.http.timeouts import Timeouts
 from syncd.http.transport import Transport
-from syncd.logs import DRIVER_LOGGERS, MASK, configure_logging, redact
 from syncd.models import ConnectorStatus
+from syncd.observability import logs
+from syncd.observability.logs import DRIVER_LOGGERS, MASK, configure_logging, redact
 from syncd.sources import HttpSource
 from syncd.sources.base import SourceContext
 from syncd.sources.secrets import connector_secrets, register_connector_secrets

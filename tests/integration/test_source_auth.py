@@ -23,8 +23,8 @@ from syncd.errors import Aborted, ClientError, ServerError, SourceError
 from syncd.http.paginator import AsyncCursorPaginator, CancelToken
 from syncd.http.timeouts import Timeouts
 from syncd.http.transport import Transport
-from syncd.logs import MASK, redact
 from syncd.models import Page
+from syncd.observability.logs import MASK, redact
 from syncd.sources import HttpSource
 from syncd.sources.auth import OAUTH2_STATE_KEY, TOKENS, AuthError, TokenCache, validate_auth
 from syncd.sources.base import SourceContext

@@ -14,11 +14,11 @@ import pytest
 
 from syncd.api.views import connector_json
 from syncd.daemon import Daemon
-from syncd.docinputs import document_inputs, hash_paths, hashed_part
 from syncd.errors import ValidationError
 from syncd.indexers.base import IndexerContext
 from syncd.jsontext import canonical_json, content_hash
 from syncd.models import DocStatus, Document, Page, Run, RunOutcome
+from syncd.pipeline.inputs import document_inputs, hash_paths, hashed_part
 from syncd.sources.base import SourceContext, StatefulSource
 from syncd.sources.threaded import ThreadedSource, as_async
 from tests.integration.conftest import DaemonFactory

@@ -18,8 +18,8 @@ from aiohttp import web
 
 from syncd.daemon import Daemon
 from syncd.indexers.base import BatchFailures
-from syncd.logs import register_secret
 from syncd.models import DocStatus, Document
+from syncd.observability.logs import register_secret
 from tests.integration.conftest import DaemonFactory, http_source
 from tests.integration.sourceserver import SourceServer
 

@@ -23,8 +23,10 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from syncd import cli, cliformat, connfiles
-from syncd.client import ApiError, Client, DaemonUnreachable, url_from_listen
+from syncd.cli.client import ApiError, Client, DaemonUnreachable, url_from_listen
+from syncd.cli.files import ConnectorFileError, parse_connector_text
+from syncd.cli.format import progress_bar, render_table
+from syncd.cli.main import Streams, build_parser, execute, main
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -355,9 +357,9 @@ async def syncd(
 ) -> Result:
     """Run a client command in this event loop (the fake server shares it)."""
     out, err = stdout or io.StringIO(), io.StringIO()
-    args = cli.build_parser().parse_args(argv)
-    streams = cli.Streams(io.StringIO(stdin), out, err)
-    code = await cli.execute(args, streams=streams, environ=environ or {})
+    args = build_parser().parse_args(argv)
+    streams = Streams(io.StringIO(stdin), out, err)
+    code = await execute(args, streams=streams, environ=environ or {})
     return Result(code, out.getvalue(), err.getvalue())
 
 
@@ -960,7 +962,7 @@ async def test_client_with_a_trailing_slash(fake: tuple[FakeApi, str]) -> None:
 
 
 def test_render_table() -> None:
-    assert cliformat.render_table(["A", "LONG HEADER"], [["xyz", None], [1, {"k": [1]}]]) == (
+    assert render_table(["A", "LONG HEADER"], [["xyz", None], [1, {"k": [1]}]]) == (
         'A    LONG HEADER\nxyz  -\n1    {"k":[1]}\n'
     )
 
@@ -996,23 +998,19 @@ async def test_interrupting_follow_leaves_the_sync_running(fake: tuple[FakeApi, 
 
 
 def test_connector_files_are_read_by_extension_or_content() -> None:
-    parse = connfiles.parse_connector_text
+    parse = parse_connector_text
     yaml_text = "# yaml-language-server: $schema=https://x/schema.json\nname: a\nsource: {url: u}\n"
     assert parse(yaml_text, "c.yaml", suffix=".yaml") == {"name": "a", "source": {"url": "u"}}
     assert parse(yaml_text, "stdin") == {"name": "a", "source": {"url": "u"}}
     assert parse('{"name": "a"}', "stdin") == {"name": "a"}
     assert parse('  {"name": "a"}', "c.YML", suffix=".YML") == {"name": "a"}  # JSON is YAML
-    with pytest.raises(
-        connfiles.ConnectorFileError, match=r"^c\.json is not valid JSON: Expecting"
-    ):
+    with pytest.raises(ConnectorFileError, match=r"^c\.json is not valid JSON: Expecting"):
         parse("name: a\n", "c.json", suffix=".json")
-    with pytest.raises(connfiles.ConnectorFileError, match="NaN is not valid JSON"):
+    with pytest.raises(ConnectorFileError, match="NaN is not valid JSON"):
         parse('{"x": NaN}', "stdin")
-    with pytest.raises(
-        connfiles.ConnectorFileError, match=r"^stdin is not valid YAML: line 1, column 7: "
-    ):
+    with pytest.raises(ConnectorFileError, match=r"^stdin is not valid YAML: line 1, column 7: "):
         parse("name: *nope\n", "stdin")
-    with pytest.raises(connfiles.ConnectorFileError, match=r"^c\.yaml is empty$"):
+    with pytest.raises(ConnectorFileError, match=r"^c\.yaml is empty$"):
         parse("# just a comment\n", "c.yaml", suffix=".yaml")
 
 
@@ -1024,8 +1022,8 @@ def test_yaml_that_json_cannot_say_is_refused_with_its_path() -> None:
         "  blob: !!binary aGk=\n"
         "loop: &l [*l]\n"
     )
-    with pytest.raises(connfiles.ConnectorFileError) as caught:
-        connfiles.parse_connector_text(text, "c.yaml")
+    with pytest.raises(ConnectorFileError) as caught:
+        parse_connector_text(text, "c.yaml")
     assert str(caught.value).split("; ") == [
         "c.yaml: source.params: key 1 is not text (quote it)",
         "source.params.since: a YAML date has no JSON form (quote it to keep it as text)",
@@ -1284,10 +1282,10 @@ async def test_the_configuration_is_found_like_run_finds_it(
 def test_completion_scripts_know_every_command(
     shell: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert cli.main(["completion", shell]) == 0
+    assert main(["completion", shell]) == 0
     script = capsys.readouterr().out
     commands = next(
-        a for a in cli.build_parser()._actions if isinstance(a, argparse._SubParsersAction)
+        a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)
     ).choices
     assert {"edit", "status", "document", "completion"} <= set(commands)
     for name in commands:
@@ -1297,7 +1295,7 @@ def test_completion_scripts_know_every_command(
 
 
 def test_progress_bar_moves_to_and_fro_with_rate_and_elapsed_time() -> None:
-    bar = cliformat.progress_bar
+    bar = progress_bar
     assert bar(pages=3, documents=250, elapsed=6.2, frame=0, width=8) == (
         "[====    ] 3 pages  250 documents  40.3 docs/s  0:06"
     )

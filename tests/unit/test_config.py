@@ -295,7 +295,7 @@ def test_rejected_url_does_not_echo_its_password() -> None:
     error = config_error({"store": {"url": "mysql://admin:hunter2@db/x"}})
     assert "hunter2" not in str(error)
     assert "mysql://admin:***@db/x" in error.message
-    # A password holding "@" is masked whole (the log redaction's rule, syncd.logs).
+    # A password holding "@" is masked whole (the log redaction's rule, syncd.observability.logs).
     error = config_error({"store": {"url": "mysql://admin:hun@ter2@db/x"}})
     assert "ter2" not in str(error)
     assert "mysql://admin:***@db/x" in error.message
@@ -563,7 +563,8 @@ def test_every_interface_needs_a_token() -> None:
 
 
 def test_listen_names_are_re_exported_from_their_home() -> None:
-    from syncd import config, listen
+    from syncd import config
+    from syncd.config import listen
 
     for name in ("TcpAddress", "UnixAddress", "is_loopback", "parse_listen"):
         assert getattr(config, name) is getattr(listen, name)

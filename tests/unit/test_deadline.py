@@ -1,4 +1,4 @@
-"""The workers' per-call deadline (:class:`syncd.indexing.Deadline`): one timer for a
+"""The workers' per-call deadline (:class:`syncd.indexing.batch.Deadline`): one timer for a
 sequence of calls, a call past its time fails alone, any other cancellation goes through."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from syncd.indexing import Deadline
+from syncd.indexing.batch import Deadline
 
 
 async def test_a_call_past_its_time_is_cancelled_and_the_task_goes_on() -> None:

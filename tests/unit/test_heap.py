@@ -1,4 +1,4 @@
-"""The collector settings of a long-running process (syncd.heap)."""
+"""The collector settings of a long-running process (syncd.daemon.heap)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from syncd.heap import YOUNG_THRESHOLD, tune_collector
+from syncd.daemon.heap import YOUNG_THRESHOLD, tune_collector
 
 
 @pytest.fixture

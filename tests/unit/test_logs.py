@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 from multidict import CIMultiDict
 from yarl import URL
 
-from syncd import logs
-from syncd.logs import (
+from syncd.observability import logs
+from syncd.observability.logs import (
     DRIVER_LOGGERS,
     MASK,
     Redactor,
@@ -81,12 +81,12 @@ def test_json_lines_when_the_stream_is_not_a_terminal() -> None:
     buf = io.StringIO()
     configure_logging("info", "auto", stream=buf)
     structlog.contextvars.bind_contextvars(connector_id="c-1", run_id="r-1")
-    structlog.get_logger("syncd.sync").info("page fetched", pages=3, documents=[1, 2])
+    structlog.get_logger("syncd.pipeline.engine").info("page fetched", pages=3, documents=[1, 2])
     [line] = lines(buf)
     assert ISO_UTC.match(line.pop("timestamp"))
     assert line == {
         "level": "info",
-        "logger": "syncd.sync",
+        "logger": "syncd.pipeline.engine",
         "event": "page fetched",
         "pages": 3,
         "documents": [1, 2],
@@ -205,7 +205,7 @@ def test_driver_loggers_never_log_below_info(secret: str) -> None:
     logging.getLogger("redis.asyncio.connection").debug("send %s", header)
     logging.getLogger("aiosqlite").info("kept")
     logging.getLogger("aiohttp.client").debug("library debug kept")
-    structlog.get_logger("syncd.sync").debug("syncd debug kept")
+    structlog.get_logger("syncd.pipeline.engine").debug("syncd debug kept")
     set_level("debug")  # a reload does not lift the cap either
     logging.getLogger("aiosqlite").debug("returning %s", header)
     assert header not in buf.getvalue()
@@ -273,7 +273,7 @@ def test_canaries_never_reach_the_output(secret: str, fmt: str) -> None:
     buf = io.StringIO()
     configure_logging("debug", fmt, stream=buf)
     structlog.contextvars.bind_contextvars(connector_id="c-1", session=f"token {secret}")
-    log = structlog.get_logger("syncd.sync").bind(store_url=dsn, api_token=secret)
+    log = structlog.get_logger("syncd.pipeline.engine").bind(store_url=dsn, api_token=secret)
 
     # In the message itself, also percent-encoded inside URLs.
     encoded = URL("http://src.local/items").with_query(key=secret, x=1)
@@ -374,8 +374,8 @@ def test_redaction_rules(text: str, expected: str) -> None:
 )
 def test_one_url_password_rule_everywhere(text: str, expected: str) -> None:
     """The log redaction, the display of connector configs and config error messages mask
-    URL passwords with the same rule (syncd.logs.mask_url_passwords)."""
-    from syncd.configkeys import shown_value
+    URL passwords with the same rule (syncd.observability.logs.mask_url_passwords)."""
+    from syncd.config.keys import shown_value
     from syncd.sources.secrets import redact_url
 
     assert logs.mask_url_passwords(text) == expected

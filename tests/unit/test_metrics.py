@@ -22,15 +22,15 @@ from prometheus_client.openmetrics.parser import (
 )
 from prometheus_client.parser import text_string_to_metric_families
 
-from syncd.docinputs import document_inputs
-from syncd.metrics import (
+from syncd.models import ConnectorStatus, RunOutcome, RunTrigger, SyncStatus, Transition
+from syncd.observability.metrics import (
     API_LATENCY_BUCKETS,
     INDEX_LATENCY_BUCKETS,
     Metrics,
     refresh,
     watch_loop_lag,
 )
-from syncd.models import ConnectorStatus, RunOutcome, RunTrigger, SyncStatus, Transition
+from syncd.pipeline.inputs import document_inputs
 from syncd.queue.memory import MemoryQueue
 from syncd.store.sqlite import SQLiteStore
 from tests.contract.factories import T0, make_connector, start_run

@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from syncd.pacing import Pacer
+from syncd.runtime.pacing import Pacer
 
 
 async def _turns(loops: int) -> None:

@@ -10,9 +10,8 @@ from typing import Any
 
 import pytest
 
-from syncd import runner
-from syncd.daemon import Daemon
-from syncd.tasks import Supervisor
+from syncd.daemon import Daemon, runner
+from syncd.runtime.tasks import Supervisor
 from tests.integration.conftest import embedded_config
 
 

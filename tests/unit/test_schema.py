@@ -21,8 +21,8 @@ from syncd.schema import (
     connector_file_schema,
     model_json_schemas,
 )
+from syncd.schema.spec import SyncDefaults, parse_create, parse_patch
 from syncd.sources import pagination as runtime
-from syncd.spec import SyncDefaults, parse_create, parse_patch
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 HTTP = {"type": "http", "url": "http://127.0.0.1:9000/items", "records": "data"}

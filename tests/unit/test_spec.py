@@ -1,4 +1,4 @@
-"""Validation of connector bodies (syncd.spec): every field, every message, all at once."""
+"""Validation of connector bodies (syncd.schema.spec): every field, every message, all at once."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from syncd.plugins import (
     builtin_indexer_kinds,
     builtin_source_kinds,
 )
-from syncd.spec import INT_MAX, INT_MIN, SyncDefaults, parse_create, parse_patch
+from syncd.schema.spec import INT_MAX, INT_MIN, SyncDefaults, parse_create, parse_patch
 
 SOURCES = frozenset({"http", "plugin"})
 INDEXERS = frozenset({"store", "webhook"})

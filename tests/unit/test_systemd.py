@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from syncd.systemd import listen_sockets, notify, watchdog_interval, watchdog_loop
+from syncd.daemon.systemd import listen_sockets, notify, watchdog_interval, watchdog_loop
 
 SOCKET_ACTIVATE = "/usr/bin/systemd-socket-activate"
 
@@ -246,7 +246,7 @@ def test_listen_sockets_rejects_malformed_values() -> None:
 
 CHILD = """
 import json, os, socket, sys
-from syncd.systemd import listen_sockets
+from syncd.daemon.systemd import listen_sockets
 names = ("LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES")
 before = sorted(n for n in names if n in os.environ)
 socks = listen_sockets()
@@ -322,7 +322,7 @@ async def test_listen_sockets_refuses_a_descriptor_that_is_not_a_socket(
     script = """
 import os, sys
 from syncd.errors import ConfigError
-from syncd.systemd import listen_sockets
+from syncd.daemon.systemd import listen_sockets
 fd = os.open(sys.argv[1], os.O_RDONLY)
 os.dup2(fd, 3)
 try:

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from syncd.tasks import Supervisor, TaskReturned, cancel_and_wait
+from syncd.runtime.tasks import Supervisor, TaskReturned, cancel_and_wait
 
 
 async def _forever() -> None:

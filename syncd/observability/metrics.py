@@ -31,7 +31,7 @@ from syncd.models import ConnectorStatus, DocStatus, RunOutcome, RunTrigger, Syn
 from syncd.queue.base import WorkQueue
 from syncd.store.base import Store
 
-log = structlog.get_logger("syncd.metrics")
+log = structlog.get_logger("syncd.observability.metrics")
 
 __all__ = [
     "API_LATENCY_BUCKETS",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from syncd.clifollow import FOLLOW_INTERVAL
+from syncd.cli.follow import FOLLOW_INTERVAL
 from syncd.models import ConnectorStatus, DocStatus
 
 _ID_HELP = "connector id or name"

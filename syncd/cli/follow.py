@@ -15,8 +15,8 @@ from typing import Any, TextIO
 import aiohttp
 from yarl import URL
 
-from syncd.client import ApiError, Client
-from syncd.cliformat import parse_ts, progress_bar
+from syncd.cli.client import ApiError, Client
+from syncd.cli.format import parse_ts, progress_bar
 
 FOLLOW_INTERVAL = 0.2  # seconds between progress polls of `sync --follow`
 OUTCOME_WAIT = 10.0  # seconds `--follow` waits for the run row to record its outcome

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from syncd.listen import TcpAddress, UnixAddress, parse_listen
+from syncd.config.listen import TcpAddress, UnixAddress, parse_listen
 from syncd.models import DEFAULT_PAGINATOR, PaginatorSettings
 
 

@@ -4,7 +4,7 @@ Each worker takes a batch of one connector's documents from the queue (the queue
 across connectors), claims the pending ones in the store with a lease (compare-and-set
 ``pending → running``) and runs the connector's indexer over them in a task of its own:
 document by document, or in batch calls for an indexer that takes batches, each call with a
-timeout (:mod:`syncd.indexing`). Meanwhile the worker keeps the batch: it records results as
+timeout (:mod:`syncd.indexing.batch`). Meanwhile the worker keeps the batch: it records results as
 they come (in small groups, at least every :data:`FLUSH_SECONDS`) and renews the lease every
 third of ``lease_seconds``, so a lease expires only when its worker is gone, whatever the
 speed of the indexer. A result written after an abort or a delete (the document is no longer
@@ -30,19 +30,19 @@ from typing import Any
 
 import structlog
 
-from syncd.changes import Notify
 from syncd.errors import SyncdError
 from syncd.indexers.base import Indexer
-from syncd.indexing import Result, Tally, run_indexer
-from syncd.metrics import Metrics
+from syncd.indexing.batch import Result, Tally, run_indexer
 from syncd.models import Connector, ConnectorStatus, DocStatus, new_id, utcnow
-from syncd.pacing import Pacer
+from syncd.observability.metrics import Metrics
 from syncd.plugins import IndexerKind
 from syncd.queue.base import Batch, WorkQueue
+from syncd.runtime.pacing import Pacer
+from syncd.runtime.tasks import cancel_and_wait
+from syncd.service.changes import Notify
 from syncd.store.base import Store
-from syncd.tasks import cancel_and_wait
 
-log = structlog.get_logger("syncd.workers")
+log = structlog.get_logger("syncd.indexing.workers")
 
 IndexerResolver = Callable[[Connector], tuple[Indexer, IndexerKind]]
 """The connector's indexer and its kind (:class:`syncd.plugins.Indexers`)."""

@@ -18,10 +18,10 @@ import structlog
 from syncd.errors import SyncdError
 from syncd.models import ConnectorStatus
 from syncd.queue.base import WorkQueue
+from syncd.runtime.tasks import cancel_and_wait
 from syncd.store.base import Store
-from syncd.tasks import cancel_and_wait
 
-log = structlog.get_logger("syncd.maintenance")
+log = structlog.get_logger("syncd.indexing.maintenance")
 
 #: Bound on a queue call made while answering an abort or a delete (seconds).
 QUEUE_CALL_TIMEOUT = 1.0

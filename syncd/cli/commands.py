@@ -10,10 +10,11 @@ from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from syncd import cliedit
-from syncd.client import ApiError, Client
-from syncd.clifollow import follow, outcome_line
-from syncd.cliformat import (
+from syncd.cli import edit as cliedit
+from syncd.cli.client import ApiError, Client
+from syncd.cli.files import load_connector_file
+from syncd.cli.follow import follow, outcome_line
+from syncd.cli.format import (
     describe_connector,
     describe_document,
     describe_preview,
@@ -22,9 +23,8 @@ from syncd.cliformat import (
     short,
     ts,
 )
-from syncd.cliio import EXIT_API, EXIT_OK, EXIT_USAGE, Failure, Streams, print_json, print_page
-from syncd.cliparser import PREVIEW_TIMEOUT
-from syncd.connfiles import load_connector_file
+from syncd.cli.io import EXIT_API, EXIT_OK, EXIT_USAGE, Failure, Streams, print_json, print_page
+from syncd.cli.parser import PREVIEW_TIMEOUT
 from syncd.errors import ConfigError
 
 Handler = Callable[[Client, argparse.Namespace, Streams], Awaitable[int]]

@@ -19,7 +19,7 @@ import structlog
 
 T = TypeVar("T")
 
-log = structlog.get_logger("syncd.changes")
+log = structlog.get_logger("syncd.service.changes")
 
 
 @dataclass(frozen=True)

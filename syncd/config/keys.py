@@ -11,10 +11,10 @@ from typing import Any
 
 from yarl import URL
 
-from syncd.configsections import HostBudget
+from syncd.config.listen import LISTEN_SHAPE, explain_listen_error, parse_listen
+from syncd.config.sections import HostBudget
 from syncd.errors import ConfigError
-from syncd.listen import LISTEN_SHAPE, explain_listen_error, parse_listen
-from syncd.logs import mask_url_passwords
+from syncd.observability.logs import mask_url_passwords
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 LOG_FORMATS = ("auto", "json", "console")

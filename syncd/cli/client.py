@@ -17,7 +17,7 @@ from urllib.parse import quote
 import aiohttp
 from yarl import URL
 
-from syncd.config import UnixAddress, parse_listen
+from syncd.config.listen import UnixAddress, parse_listen
 from syncd.errors import SyncdError
 
 __all__ = ["ApiError", "Client", "DaemonUnreachable", "url_from_listen"]

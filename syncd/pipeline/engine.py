@@ -25,12 +25,9 @@ from typing import Any
 import structlog
 
 from syncd import rules
-from syncd.changes import Notify
 from syncd.errors import Aborted, ClientError, Fenced, NotFound, SyncdError
 from syncd.http.paginator import AsyncCursorPaginator, CancelToken
 from syncd.http.transport import Transport
-from syncd.logs import redact, register_secret
-from syncd.metrics import Metrics
 from syncd.models import (
     ABORTED_ERROR,
     Connector,
@@ -46,16 +43,19 @@ from syncd.models import (
     new_id,
     utcnow,
 )
-from syncd.pacing import Pacer
+from syncd.observability.logs import redact, register_secret
+from syncd.observability.metrics import Metrics
+from syncd.pipeline.prepare import Preparer
 from syncd.plugins import Registry
-from syncd.prepare import Preparer
 from syncd.queue.base import WorkQueue
+from syncd.runtime.pacing import Pacer
+from syncd.runtime.tasks import cancel_and_wait
+from syncd.service.changes import Notify
 from syncd.sources.base import Source, SourceContext, StatefulSource
 from syncd.sources.threaded import as_async
 from syncd.store.base import Store
-from syncd.tasks import cancel_and_wait
 
-log = structlog.get_logger("syncd.sync")
+log = structlog.get_logger("syncd.pipeline.engine")
 
 
 @dataclass(eq=False)

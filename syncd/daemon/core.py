@@ -9,9 +9,9 @@ reverse: the API stops taking requests, the scheduler finishes its tick, each ru
 next page boundary (``interrupted``), indexing finishes within the grace period, then
 connections close.
 
-The connector operations live in :class:`syncd.service.ConnectorService`; the methods of the
-same names here (``create_connector``, ``trigger_sync``, ``abort_sync``, …) are the embedding
-API and delegate to it.
+The connector operations live in :class:`syncd.service.operations.ConnectorService`; the
+methods of the same names here (``create_connector``, ``trigger_sync``, ``abort_sync``, …) are
+the embedding API and delegate to it.
 """
 
 from __future__ import annotations
@@ -27,29 +27,29 @@ from typing import Any
 import structlog
 
 from syncd.api import build_app, start_api, views
-from syncd.changes import ChangeFeed
-from syncd.config import Config
+from syncd.config.loader import Config
 from syncd.errors import SyncdError
-from syncd.events import EventHub
 from syncd.http.budget import HostBudgets
 from syncd.http.budget_redis import open_budgets
 from syncd.http.transport import Timeouts, Transport, resolve_timeouts
 from syncd.indexers.base import IndexerContext, IndexerFactory
-from syncd.maintenance import Maintenance
-from syncd.metrics import Metrics, refresh_forever, watch_loop_lag
+from syncd.indexing.maintenance import Maintenance
+from syncd.indexing.workers import Workers
 from syncd.models import Connector, ConnectorStatus, DocStatus, Document, Run, new_id, utcnow
-from syncd.pacing import Pacer
+from syncd.observability.metrics import Metrics, refresh_forever, watch_loop_lag
+from syncd.pipeline.engine import SyncEngine
 from syncd.plugins import IndexerKind, Indexers, Registry, SourceKind
 from syncd.queue import WorkQueue, open_queue
+from syncd.runtime.pacing import Pacer
+from syncd.runtime.tasks import Supervisor
 from syncd.scheduler import Scheduler
-from syncd.service import ConnectorService, Preview
+from syncd.service.changes import ChangeFeed
+from syncd.service.events import EventHub
+from syncd.service.operations import ConnectorService, Preview
 from syncd.sources.base import SourceFactory
 from syncd.store import Store, open_store
-from syncd.sync import SyncEngine
-from syncd.tasks import Supervisor
-from syncd.workers import Workers
 
-log = structlog.get_logger("syncd.daemon")
+log = structlog.get_logger("syncd.daemon.core")
 
 INSTANCES_SEEN_BEATS = 3  # GET /status lists instances heard from within 3 heartbeats
 

@@ -19,14 +19,11 @@ from typing import Any
 
 import structlog
 
-from syncd import rules, spec
-from syncd.changes import ChangeFeed
-from syncd.docinputs import document_inputs
+from syncd import rules
 from syncd.errors import Aborted, NotFound, SyncdError, ValidationError
 from syncd.http.paginator import AsyncCursorPaginator, CancelToken
-from syncd.logs import redact
-from syncd.maintenance import QUEUE_CALL_TIMEOUT, Maintenance
-from syncd.metrics import Metrics
+from syncd.indexing.maintenance import QUEUE_CALL_TIMEOUT, Maintenance
+from syncd.indexing.workers import Workers
 from syncd.models import (
     ABORTED_ERROR,
     Connector,
@@ -43,13 +40,17 @@ from syncd.models import (
     new_id,
     utcnow,
 )
+from syncd.observability.logs import redact
+from syncd.observability.metrics import Metrics
+from syncd.pipeline.engine import SyncEngine
+from syncd.pipeline.inputs import document_inputs
 from syncd.plugins import Indexers, Registry
 from syncd.queue.base import WorkQueue
+from syncd.schema import spec
+from syncd.service.changes import ChangeFeed
 from syncd.store.base import Store
-from syncd.sync import SyncEngine
-from syncd.workers import Workers
 
-log = structlog.get_logger("syncd.service")
+log = structlog.get_logger("syncd.service.operations")
 
 #: Control messages between instances.
 MSG_ABORT = "abort"
@@ -125,7 +126,7 @@ class ConnectorService:
 
     def register_secrets(self, source: Mapping[str, Any], indexer: Mapping[str, Any]) -> None:
         """Have the log redaction mask every secret of these configs, before any request."""
-        from syncd.logs import register_secret
+        from syncd.observability.logs import register_secret
 
         for value in self._registry.secrets(source, indexer):
             register_secret(value)

@@ -21,9 +21,9 @@ from typing import Any
 
 import structlog
 
-from syncd.logs import redact
+from syncd.observability.logs import redact
 
-log = structlog.get_logger("syncd.tasks")
+log = structlog.get_logger("syncd.runtime.tasks")
 
 TaskFactory = Callable[[], Coroutine[Any, Any, None]]
 OnFatal = Callable[[str, BaseException], None]

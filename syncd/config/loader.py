@@ -11,7 +11,7 @@ a bad value logs a warning and falls back instead of stopping the daemon.
 ``[http.hosts."HOST"]`` tables, are read from the file only.
 
 This module reads the file and the environment and builds :class:`Config`; the sections'
-dataclasses live in :mod:`syncd.configsections`, the keys' checks in :mod:`syncd.configkeys`.
+dataclasses live in :mod:`syncd.config.sections`, the keys' checks in :mod:`syncd.config.keys`.
 """
 
 from __future__ import annotations
@@ -23,20 +23,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from syncd.configkeys import (
+from syncd.config.keys import (
     NO_ENV_OVERRIDE,
     SCHEMA,
     check_value,
     env_var,
-    host_key,
     shown_value,
     token_ok,
 )
-from syncd.configsections import (
+from syncd.config.listen import check_exposure, parse_listen
+from syncd.config.sections import (
     ApiConfig,
     DaemonConfig,
     DocumentsConfig,
-    HostBudget,
     HttpConfig,
     LogConfig,
     MetricsConfig,
@@ -48,30 +47,7 @@ from syncd.configsections import (
 )
 from syncd.errors import ConfigError
 
-# TcpAddress, UnixAddress, is_loopback and parse_listen are re-exported: their home is
-# syncd.listen, shared with the API server.
-from syncd.listen import TcpAddress, UnixAddress, check_exposure, is_loopback, parse_listen
-
-__all__ = [
-    "ApiConfig",
-    "Config",
-    "DaemonConfig",
-    "HostBudget",
-    "HttpConfig",
-    "LogConfig",
-    "MetricsConfig",
-    "QueueConfig",
-    "SchedulerConfig",
-    "StoreConfig",
-    "SyncConfig",
-    "TcpAddress",
-    "UnixAddress",
-    "WorkersConfig",
-    "env_var",
-    "host_key",
-    "is_loopback",
-    "parse_listen",
-]
+__all__ = ["Config"]
 
 
 @dataclass(frozen=True)

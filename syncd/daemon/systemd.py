@@ -21,7 +21,7 @@ __all__ = ["LISTEN_FDS_START", "listen_sockets", "notify", "watchdog_interval", 
 #: The first file descriptor systemd passes (``SD_LISTEN_FDS_START``).
 LISTEN_FDS_START = 3
 
-_log = structlog.get_logger("syncd.systemd")
+_log = structlog.get_logger("syncd.daemon.systemd")
 
 
 def _notify_address(value: str) -> str | None:

@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from syncd.indexers.base import BatchFailures, DeletingIndexer, Indexer
-from syncd.logs import redact
-from syncd.metrics import Metrics
 from syncd.models import DocOp, DocStatus, Document
+from syncd.observability.logs import redact
+from syncd.observability.metrics import Metrics
 
 Result = tuple[str, DocStatus, str | None]
 """A document's outcome: external id, ``indexed``/``deleted``/``failed``, error."""

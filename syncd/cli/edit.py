@@ -25,7 +25,7 @@ from typing import Any, TextIO
 
 import yaml
 
-from syncd.connfiles import ConnectorFileError, parse_connector_text
+from syncd.cli.files import ConnectorFileError, parse_connector_text
 
 MASK = "***"
 

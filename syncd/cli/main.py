@@ -15,7 +15,7 @@ JSON when it starts with ``{``, YAML otherwise. YAML is read with ``yaml.safe_lo
 hold only what JSON can (string keys, no dates: quote them, finite numbers).
 
 This module is the entry point and the commands that need no daemon; the client commands
-are in :mod:`syncd.clicommands`, what every command shares in :mod:`syncd.cliio`.
+are in :mod:`syncd.cli.commands`, what every command shares in :mod:`syncd.cli.io`.
 """
 
 from __future__ import annotations
@@ -29,10 +29,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TextIO
 
-from syncd import cliedit
-from syncd.clicommands import COMMANDS, edit
-from syncd.client import ApiError, Client, DaemonUnreachable, url_from_listen
-from syncd.cliio import (
+from syncd.cli import edit as cliedit
+from syncd.cli.client import ApiError, Client, DaemonUnreachable, url_from_listen
+from syncd.cli.commands import COMMANDS, edit
+from syncd.cli.files import ConnectorFileError, load_connector_file
+from syncd.cli.io import (
     EXIT_API,
     EXIT_INTERRUPTED,
     EXIT_OK,
@@ -42,9 +43,8 @@ from syncd.cliio import (
     Streams,
     UsageError,
 )
-from syncd.cliparser import build_parser
-from syncd.config import Config
-from syncd.connfiles import ConnectorFileError, load_connector_file
+from syncd.cli.parser import build_parser
+from syncd.config.loader import Config
 from syncd.errors import ConfigError
 
 __all__ = [
@@ -132,7 +132,7 @@ def _run_daemon(args: argparse.Namespace, stderr: TextIO, environ: Mapping[str, 
         stderr.write(f"error: {_config_message(exc, args.config, environ)}\n")
         return EXIT_USAGE
     # Imported here: the client commands need none of the daemon's machinery.
-    from syncd.runner import run_service
+    from syncd.daemon.runner import run_service
 
     try:
         return asyncio.run(run_service(config))
@@ -223,7 +223,7 @@ def validate(args: argparse.Namespace, io: Streams, environ: Mapping[str, str]) 
     # Imported here: only this command needs the kinds (and the http source they pull in).
     from syncd.errors import ValidationError
     from syncd.plugins import Registry
-    from syncd.spec import parse_create
+    from syncd.schema.spec import parse_create
 
     args.config = config_path(args, environ)
     try:

@@ -12,7 +12,8 @@
 - SIGHUP: re-read the configuration file; apply the log level and scheduler settings
   without dropping runs.
 - The control API is served on a socket passed by systemd (``LISTEN_FDS``) when there is one.
-- Once started, the garbage collector is tuned for a long-running process (:mod:`syncd.heap`).
+- Once started, the garbage collector is tuned for a long-running process
+  (:mod:`syncd.daemon.heap`).
 """
 
 from __future__ import annotations
@@ -23,15 +24,15 @@ import signal
 
 import structlog
 
-from syncd import systemd
-from syncd.config import Config
-from syncd.daemon import Daemon
+from syncd.config.loader import Config
+from syncd.daemon import systemd
+from syncd.daemon.core import Daemon
+from syncd.daemon.heap import tune_collector
 from syncd.errors import ConfigError, SyncdError
-from syncd.heap import tune_collector
-from syncd.logs import configure_logging, register_secret
-from syncd.tasks import Supervisor, describe
+from syncd.observability.logs import configure_logging, register_secret
+from syncd.runtime.tasks import Supervisor, describe
 
-log = structlog.get_logger("syncd.runner")
+log = structlog.get_logger("syncd.daemon.runner")
 
 EXIT_NOW = 130
 #: A side task failed for good: not a clean stop, so that systemd restarts the service.
@@ -104,7 +105,7 @@ async def run_service(config: Config) -> int:
         return 1
     loop.add_signal_handler(signal.SIGHUP, _reload, daemon)
     # Everything built so far lives as long as the process: frozen out of the collections,
-    # which then stop the loop far less often and for less long (see syncd.heap).
+    # which then stop the loop far less often and for less long (see syncd.daemon.heap).
     tune_collector()
     failures: list[str] = []
 

@@ -8,8 +8,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from syncd.client import ApiError
-from syncd.cliformat import render_table
+from syncd.cli.client import ApiError
+from syncd.cli.format import render_table
 
 EXIT_OK = 0
 EXIT_API = 1

@@ -1,0 +1,11 @@
+"""The daemon: :class:`Daemon`, the composition root (:mod:`~syncd.daemon.core`), and what
+runs it as a service — signals, reload and systemd (:mod:`~syncd.daemon.runner`,
+:mod:`~syncd.daemon.systemd`) and the collector settings of a long-running process
+(:mod:`~syncd.daemon.heap`).
+"""
+
+from __future__ import annotations
+
+from syncd.daemon.core import Daemon
+
+__all__ = ["Daemon"]
