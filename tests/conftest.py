@@ -17,10 +17,23 @@ import asyncpg
 import pytest
 import redis.asyncio as aioredis
 
+from tests import prerequisites
+
 POSTGRES_ADMIN_DSN = os.environ.get(
     "SYNCD_TEST_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/postgres"
 )
 REDIS_URL = os.environ.get("SYNCD_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Stop at once, in one line, when the selected tests need a tool or server that is not
+    there (``tests/prerequisites.py``)."""
+    if session.config.option.collectonly:
+        return
+    tools, servers = prerequisites.needed(session.items)
+    line = prerequisites.missing_line(tools, servers, POSTGRES_ADMIN_DSN, REDIS_URL)
+    if line:
+        pytest.exit(line, returncode=pytest.ExitCode.USAGE_ERROR)
 
 
 def _dsn_for(database: str) -> str:

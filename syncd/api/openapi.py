@@ -170,7 +170,12 @@ SCHEMAS: dict[str, Any] = {
             "next_run_at": _TIME,
             "created_at": _TIME,
             "updated_at": _TIME,
-            "source": {"type": "object", "description": 'Secrets are shown as "***".'},
+            "source": {
+                "type": "object",
+                "description": 'Secrets are shown as "***". `auth` shows its shape (`type`, '
+                "`in`, `name`, `grant`, `token_url`, `scopes`, `audience`, `client_auth`, the "
+                'names in `extra`); every other value of it, and any reference, is "***".',
+            },
             "indexer": {"type": "object", "description": 'Secrets are shown as "***".'},
             "page_retries": {"type": "integer"},
             "page_retry_backoff": {"type": "number"},

@@ -2,7 +2,8 @@
 
 Only the fields the contract names leave this module: internal state (``resume_cursor``,
 ``source_state``, document leases) never does, and secrets in a connector's configuration
-are shown as ``"***"``.
+are shown as ``"***"`` (``source.auth`` shows its shape: see
+:func:`syncd.sources.secrets.shown_auth`).
 """
 
 from __future__ import annotations
@@ -138,7 +139,8 @@ def connector_text(connector: Connector, counts: Mapping[DocStatus, int]) -> str
     if known is not None and known[0] is c and known[1] is counts:
         return known[2]
     head, tail = _ENCODE(_head(c)), _ENCODE(_tail(c, counts))
-    source, indexer = masked_config_text(c.source), masked_config_text(c.indexer)
+    source = masked_config_text(c.source, source=True)
+    indexer = masked_config_text(c.indexer, source=False)
     text = f'{head[:-1]}, "source": {source}, "indexer": {indexer}, {tail[1:]}'
     if len(_connector_texts) >= CONNECTOR_TEXTS_SIZE:
         _connector_texts.clear()
@@ -152,20 +154,23 @@ def connectors_page_text(connectors: Iterable[str], next_cursor: str | None) -> 
     return f'{{"data": [{", ".join(connectors)}], "next_cursor": {_ENCODE(next_cursor)}}}'
 
 
-def masked_config_text(config: Mapping[str, Any]) -> str:
-    """The JSON text of a source or indexer configuration with its secrets masked.
+def masked_config_text(config: Mapping[str, Any], *, source: bool) -> str:
+    """The JSON text of a source (``source``) or indexer configuration with its secrets
+    masked, as :func:`redact_source` or :func:`redact_indexer` mask it.
 
-    Cached by the configuration's own JSON text, so a changed configuration is a new key and
-    never answered from an old entry. Key order is part of the key, as it is of the answer.
-    (``orjson`` writes NaN as ``null``: a configuration is parsed JSON and holds none.)
+    Cached by the configuration's own JSON text and its kind, so a changed configuration is a
+    new key and never answered from an old entry. Key order is part of the key, as it is of
+    the answer. (``orjson`` writes NaN as ``null``: a configuration is parsed JSON and holds
+    none.)
     """
+    redact = redact_source if source else redact_indexer
     try:
-        key = orjson.dumps(config, option=_KEY_OPTIONS)
+        key = (b"s" if source else b"i") + orjson.dumps(config, option=_KEY_OPTIONS)
     except TypeError:  # not plain JSON (see _KEY_OPTIONS): mask it every time
-        return _ENCODE(_mask_headers(_redact(config)))
+        return _ENCODE(redact(config))
     text = _masked_texts.get(key)
     if text is None:
-        text = _ENCODE(_mask_headers(_redact(config)))
+        text = _ENCODE(redact(config))
         if len(_masked_texts) >= MASKED_CACHE_SIZE:
             _masked_texts.clear()  # configurations rarely change: a rebuild is cheap
         _masked_texts[key] = text
@@ -219,24 +224,23 @@ def document_json(document: Document, *, with_payload: bool = False) -> dict[str
 
 
 def redact_source(source: Mapping[str, Any]) -> dict[str, Any]:
-    """The source's configuration with its secrets masked.
+    """The source's configuration with its secrets masked; ``auth`` shows its shape.
 
     The source layer knows which values are secret; header values are masked here as well
     so that a header can never leak, whatever that layer decides.
     """
-    return _mask_headers(_redact(source))
-
-
-def redact_indexer(indexer: Mapping[str, Any]) -> dict[str, Any]:
-    """The indexer's configuration masked like a source's (webhook headers, plugin tokens)."""
-    return _mask_headers(_redact(indexer))
-
-
-def _redact(config: Mapping[str, Any]) -> dict[str, Any]:
     # Imported here: the sources package pulls in the HTTP transport.
     from syncd.sources.secrets import redact_source as redact
 
-    return redact(config)
+    return _mask_headers(redact(source))
+
+
+def redact_indexer(indexer: Mapping[str, Any]) -> dict[str, Any]:
+    """The indexer's configuration masked like a source's (webhook headers, plugin tokens;
+    an ``auth`` of a plugin's own is masked whole)."""
+    from syncd.sources.secrets import redact_config
+
+    return _mask_headers(redact_config(indexer))
 
 
 def _mask_headers(config: dict[str, Any]) -> dict[str, Any]:

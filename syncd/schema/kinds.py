@@ -474,7 +474,9 @@ def _auth(value: Any) -> Any:
 def _auth_schema() -> dict[str, Any]:
     """The JSON Schema of what :func:`syncd.sources.authcheck.validate_auth` accepts (held
     together by tests/api/test_fuzz.py)."""
-    text = {"type": "string", "minLength": 1, "pattern": ref_pattern("\\r\\n")}
+    # Not the mask: sent back as an answer showed it, it would replace the secret.
+    unmasked = {"not": {"const": "***"}}
+    text = {"type": "string", "minLength": 1, "pattern": ref_pattern("\\r\\n"), **unmasked}
 
     def style(name: str, required: dict[str, Any], **optional: Any) -> dict[str, Any]:
         return {
@@ -500,7 +502,7 @@ def _auth_schema() -> dict[str, Any]:
         client_auth={"enum": ["basic", "post"]},
         scopes={
             "type": ["array", "null"],
-            "items": {"type": "string", "pattern": "^[^ \\u0000]+$"},
+            "items": {"type": "string", "pattern": "^[^ \\u0000]+$", **unmasked},
         },
         extra={
             "type": ["object", "null"],
@@ -538,7 +540,11 @@ def _auth_schema() -> dict[str, Any]:
             style(
                 "basic",
                 {
-                    "username": {"type": "string", "pattern": "^[^:\\r\\n\\u0000]+$"},
+                    "username": {
+                        "type": "string",
+                        "pattern": "^[^:\\r\\n\\u0000]+$",
+                        **unmasked,
+                    },
                     "password": text,
                 },
             ),
@@ -626,7 +632,9 @@ class HttpSourceConfig(KindConfig):
     auth: AuthBridge | None = Field(
         None,
         description="Source authentication, by `type`: `bearer`, `basic`, `api_key` or "
-        "`oauth2` (DESIGN.md §8); every value may hold `${env:}` / `${file:}` and is a secret.",
+        "`oauth2` (DESIGN.md §8); every value may hold `${env:}` / `${file:}`. Answers show its "
+        "shape (`type`, `in`, `name`, `grant`, `token_url`, `scopes`, `audience`, `client_auth`, "
+        "the names in `extra`) and `***` for every other value and every reference.",
         examples=[{"type": "bearer", "token": "${env:TICKETS_TOKEN}"}],
     )
 

@@ -1,4 +1,4 @@
-"""The README's connector reference, generated from the connector models' JSON Schema.
+"""The connector reference (``docs/connectors.md``), generated from the models' JSON Schema.
 
 :func:`render_reference` writes Markdown: the connector's own keys, then every source kind,
 every model reached from it (the pagination styles, ``incremental``, ``timeout``) and every
@@ -6,8 +6,8 @@ indexer kind, each as a table of its keys (type, default, range, description, ex
 The JSON Schema of :func:`~syncd.schema.connector_file_schema` is the only input, so the
 reference says what the server checks and nothing else.
 
-``python -m syncd.schema.reference`` prints it; ``--write README.md`` replaces the text
-between the two marker comments (:data:`START`, :data:`END`) of that file.
+``python -m syncd.schema.reference`` prints it; ``--write docs/connectors.md`` replaces the
+text between the two marker comments (:data:`START`, :data:`END`) of that file.
 """
 
 from __future__ import annotations
@@ -25,7 +25,9 @@ from syncd.schema.connector import Kinds, connector_file_schema
 
 START = "<!-- connector-reference:start -->"
 END = "<!-- connector-reference:end -->"
-COMMAND = "python -m syncd.schema.reference --write README.md"
+#: The file that holds the reference, from the top of the repository.
+REFERENCE_FILE = "docs/connectors.md"
+COMMAND = f"python -m syncd.schema.reference --write {REFERENCE_FILE}"
 
 _REF = "#/$defs/"
 _NONE = "\u2014"  # em dash: nothing to say
@@ -51,8 +53,8 @@ class _Section:
 
 
 def render_reference(kinds: Kinds) -> str:
-    """The Markdown reference of a connector file for ``kinds`` (the README's, for
-    ``Registry.builtin()``)."""
+    """The Markdown reference of a connector file for ``kinds`` (:data:`REFERENCE_FILE`'s,
+    for ``Registry.builtin()``)."""
     schema = connector_file_schema(kinds)
     defs: dict[str, Schema] = schema.get("$defs", {})
     sections = list(_sections(schema, defs))
@@ -244,7 +246,7 @@ def _cell(text: str) -> str:
     return text.replace("|", r"\|")
 
 
-# --- the README ---------------------------------------------------------------------------
+# --- the reference file ---------------------------------------------------------------
 
 
 def between_markers(text: str) -> str:

@@ -13,7 +13,8 @@ One of::
 Every string but ``type``, ``in``, ``name`` and ``grant`` may hold ``${env:NAME}`` /
 ``${file:/path}``, resolved at each use (a rotated file is picked up). Every value is a secret
 except those that describe the credential (``username``, ``client_id``, ``token_url``,
-``scopes``, ``audience``: see :mod:`syncd.sources.secrets`).
+``scopes``, ``audience``: see :mod:`syncd.sources.secrets`). What answers show of it — its shape,
+``"***"`` for the rest — is :func:`syncd.sources.secrets.shown_auth`.
 
 OAuth2 access tokens are fetched through the daemon's transport (its timeouts and retry
 budget: a token request is safe to repeat) and kept in a process-wide :class:`TokenCache`

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
-from syncd.sources.secrets import check_refs
+from syncd.sources.secrets import REDACTED, check_refs
 
 AUTH_TYPES = ("bearer", "basic", "api_key", "oauth2")
 OAUTH2_GRANTS = ("client_credentials", "refresh_token")
@@ -29,6 +29,9 @@ _RESERVED_FORM = frozenset(
 )
 _HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 # A token is renewed 30 s before it expires, or 10 % of its lifetime if that is shorter.
+# Answers show masked values as "***" (secrets.shown_auth): sent back (a GET body PATCHed as it
+# was), the mask would replace the secret. Refused, as ``syncd edit`` refuses it.
+_MASKED = 'Still masked ("***"): write the secret or a ${env:NAME} / ${file:/path} reference'
 
 
 def validate_auth(auth: Any) -> dict[str, str]:
@@ -78,6 +81,8 @@ def is_http_url(url: str) -> bool:
 def _string_problem(value: Any) -> str | None:
     if not isinstance(value, str) or not value:
         return "Must be a non-empty string"
+    if value == REDACTED:
+        return _MASKED
     if problem := check_refs(value):
         return problem
     if "\n" in value or "\r" in value:
@@ -102,6 +107,8 @@ def _check_oauth2(auth: Mapping[str, Any], errors: dict[str, str]) -> None:
         or not all(isinstance(s, str) and s and " " not in s for s in scopes)
     ):
         errors[f"{where}.scopes"] = "Must be a list of non-empty strings without spaces"
+    elif scopes is not None and REDACTED in scopes:
+        errors[f"{where}.scopes"] = _MASKED
     extra = auth.get("extra")
     if extra is not None:
         if not isinstance(extra, Mapping):

@@ -26,10 +26,12 @@ __all__ = [
     "check_refs",
     "connector_secrets",
     "mask_body",
+    "redact_config",
     "redact_source",
     "register_connector_secrets",
     "resolve_body",
     "resolve_refs",
+    "shown_auth",
 ]
 
 REDACTED = MASK  # the log redaction's mask: one spelling everywhere
@@ -91,10 +93,75 @@ def resolve_refs(value: str, *, environ: Mapping[str, str] = os.environ) -> str:
 
 
 def redact_source(config: Mapping[str, Any]) -> dict[str, Any]:
+    """A source's ``config`` safe to show: :func:`redact_config`, except that the ``auth`` of
+    an ``http`` source shows its shape (:func:`shown_auth`) rather than one ``"***"``."""
+    http = config.get("type", "http") == "http"
+    return {
+        str(key): shown_auth(value) if http and key == "auth" else _redact(str(key), value)
+        for key, value in config.items()
+    }
+
+
+def redact_config(config: Mapping[str, Any]) -> dict[str, Any]:
     """A copy of ``config`` safe to show: every header value, every value under a key like
     token/secret/password/api_key/authorization, and the password (or secret query
     parameters) of every URL become ``"***"``."""
     return {str(key): _redact(str(key), value) for key, value in config.items()}
+
+
+# What of ``source.auth`` (DESIGN.md §8) is shown, per type: the keys that say how a connector
+# authenticates, never who it is or what it proves it with. Any other key, a key of an unknown
+# type (its ``type`` included) and a value that is not plain text are shown as "***".
+# ``username`` and ``client_id`` are masked too: they are identities, not the shape, and they
+# may be secrets (several APIs take the API key as the Basic username; a client id is the user
+# half of the client's Basic credentials). The log redaction does not register them (that would
+# mask a name wherever it appears in a log): showing less than the logs is the safe side.
+SHOWN_AUTH_KEYS: Mapping[str, frozenset[str]] = {
+    "bearer": frozenset({"type"}),
+    "basic": frozenset({"type"}),
+    "api_key": frozenset({"type", "in", "name"}),
+    "oauth2": frozenset(
+        {"type", "grant", "token_url", "scopes", "audience", "client_auth", "extra"}
+    ),
+}
+
+
+def shown_auth(auth: Any) -> Any:
+    """``source.auth`` as every surface shows it (API, CLI, dashboard, events): the keys of
+    :data:`SHOWN_AUTH_KEYS` for its type, every other value ``"***"``.
+
+    A shown value is masked as well when it holds a ``${env:}``/``${file:}`` reference (what it
+    resolves to may be a secret, and where it is read from is not for every reader); a URL's
+    password and secret query values are masked as :func:`redact_url` does. ``extra`` (OAuth2
+    form parameters) shows its names, each value ``"***"``, as ``headers`` do. ``None`` (no
+    auth) stays ``None``; anything else that is not an object is ``"***"``.
+    """
+    if auth is None:
+        return None
+    if not isinstance(auth, Mapping):
+        return REDACTED
+    kind = auth.get("type")
+    shown = SHOWN_AUTH_KEYS.get(kind, frozenset()) if isinstance(kind, str) else frozenset()
+    return {
+        str(key): _shown_auth_value(key, value) if key in shown else REDACTED
+        for key, value in auth.items()
+    }
+
+
+def _shown_auth_value(key: str, value: Any) -> Any:
+    if value is None:
+        return None
+    if key == "extra":
+        return dict.fromkeys(map(str, value), REDACTED) if isinstance(value, Mapping) else REDACTED
+    if key == "scopes":
+        return [_shown_auth_text(s) for s in value] if isinstance(value, list | tuple) else REDACTED
+    return _shown_auth_text(value)
+
+
+def _shown_auth_text(value: Any) -> Any:
+    if not isinstance(value, str) or "${" in value:
+        return REDACTED
+    return redact_url(value)
 
 
 def _redact(key: str, value: Any) -> Any:

@@ -115,6 +115,7 @@ async def test_sd_notify_ready_watchdog_and_stopping(
     assert notify_socket.lines().index("STOPPING=1") > notify_socket.lines().index("READY=1")
 
 
+@pytest.mark.needs("systemd-socket-activate")
 async def test_socket_activation_serves_the_passed_socket(harness: Harness) -> None:
     activator = shutil.which("systemd-socket-activate")
     assert activator, "systemd-socket-activate is required (Debian: package systemd)"

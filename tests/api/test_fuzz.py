@@ -35,7 +35,7 @@ import socket
 import sys
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -213,8 +213,17 @@ class FuzzResult:
     slowest: list[tuple[float, str]] = field(default_factory=list)
 
 
-def _fuzz(api: str, source_url: str) -> FuzzResult:
-    """Run every phase with every check against ``api`` (blocking: run it in a thread)."""
+def _fuzz(api: str, source_url: str, settle_delete: Callable[[str], None]) -> FuzzResult:
+    """Run every phase with every check against ``api`` (blocking: run it in a thread).
+
+    ``settle_delete(id)`` returns once the delete cascade of a connector whose ``DELETE``
+    answered 202 has completed. The API promises exactly this: a 202 means the connector
+    reads ``deleting`` (``GET`` 200, writes 409 ``Connector is being deleted``) until its
+    cascade completes in the background, and 404 on every route from then on. The stateful
+    checks (``use_after_free``) test the "from then on": each sequence goes on after the
+    cascade, never racing it, so a load that slows the cascade cannot fail the run, and a
+    connector still answering after its cascade does.
+    """
     config = schemathesis.Config.from_dict(
         {
             "seed": SEED,
@@ -245,7 +254,16 @@ def _fuzz(api: str, source_url: str) -> FuzzResult:
                 # Its default limit is 10 s, spent in full on a failing source.
                 case.body.setdefault("timeout_seconds", _CAPS["timeout_seconds"])
 
+    def after_call(context: Any, case: Any, response: Any) -> None:
+        if (
+            case.operation.method.upper() == "DELETE"
+            and case.operation.path == "/connectors/{id}"
+            and response.status_code == 202
+        ):
+            settle_delete(str(case.path_parameters["id"]))
+
     schemathesis.hook(before_call)
+    schemathesis.hook(after_call)
     try:
         schema = schemathesis.openapi.from_url(
             f"{api}/openapi.json", config=config, headers={"Authorization": f"Bearer {TOKEN}"}
@@ -254,6 +272,7 @@ def _fuzz(api: str, source_url: str) -> FuzzResult:
         return _collect(schemathesis.engine.from_schema(schema).execute())
     finally:
         schemathesis.hooks.GLOBAL_HOOK_DISPATCHER.unregister(before_call)
+        schemathesis.hooks.GLOBAL_HOOK_DISPATCHER.unregister(after_call)
 
 
 def _collect(stream: Any) -> FuzzResult:
@@ -317,7 +336,15 @@ async def test_fuzzer_finds_no_disagreement(tmp_path: Path) -> None:
         async with SourceServer(25, page_size=10) as source, _daemon(tmp_path) as daemon:
             assert daemon.api_address is not None
             await _seed(daemon, source)
-            result = await asyncio.to_thread(_fuzz, daemon.api_address, source.items_url)
+            loop = asyncio.get_running_loop()
+
+            def settle_delete(connector_id: str) -> None:
+                cascade = daemon.wait_deleted(connector_id)
+                asyncio.run_coroutine_threadsafe(cascade, loop).result(timeout=60)
+
+            result = await asyncio.to_thread(
+                _fuzz, daemon.api_address, source.items_url, settle_delete
+            )
             served = _served(daemon)
     elapsed = time.monotonic() - started
     print(

@@ -21,6 +21,8 @@ from tests.integration.sourceserver import SourceServer
 
 from .conftest import TOKEN, Dashboard, Proxy, StartDashboard
 
+pytestmark = pytest.mark.needs("chromium")
+
 SECRET = "Bearer sup3r-s3cret"
 
 
@@ -125,6 +127,32 @@ async def test_the_list_shows_connectors_and_one_connector_its_details(
         await expect(page.locator("#d-instances")).to_contain_text(d.daemon.owner)
         await expect(page.locator("#d-version")).not_to_have_text("—")
         await page.screenshot(path=screenshots / "daemon.png")
+
+
+async def test_the_config_shows_the_auth_shape_and_no_secret(
+    dashboard: Dashboard, page: Page
+) -> None:
+    d = dashboard
+    async with SourceServer(1) as server:
+        auth = {
+            "type": "oauth2",
+            "grant": "client_credentials",
+            "token_url": f"{server.url}/token",
+            "client_id": "canary-client-id",
+            "client_secret": "canary-client-secret",
+            "scopes": ["tickets.read"],
+        }
+        c = await d.daemon.create_connector(
+            {"name": "oauth", "source": {**http_source(server), "auth": auth}}
+        )
+        await page.goto(f"{d.url}#/c/{c.id}")
+        config = page.locator("#c-config")
+        await expect(config).to_contain_text('"grant": "client_credentials"')
+        await expect(config).to_contain_text(f'"token_url": "{server.url}/token"')
+        await expect(config).to_contain_text('"client_secret": "***"')
+        await expect(config).to_contain_text('"client_id": "***"')
+        await expect(config).to_contain_text('"tickets.read"')
+        assert "canary" not in await page.content()
 
 
 async def without_events(page: Page) -> None:

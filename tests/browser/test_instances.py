@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import pytest
 from playwright.async_api import Page, expect
 
 from syncd.models import utcnow
 
 from .conftest import Dashboard
+
+pytestmark = pytest.mark.needs("chromium")
 
 
 async def test_the_daemon_view_lists_every_instance(dashboard: Dashboard, page: Page) -> None:

@@ -492,7 +492,8 @@ def test_redact_source() -> None:
         "params": {"limit": 5, "api_key": REDACTED, "access_token": REDACTED},
         "headers": {"Authorization": REDACTED, "Accept": REDACTED},
         "pagination": {"type": "cursor", "next_cursor": "meta.next_token"},
-        "auth": REDACTED,
+        # No known type: every value is masked (secrets.shown_auth).
+        "auth": {"client_secret": REDACTED, "username": REDACTED, "password": REDACTED},
         "records": "data",
     }
     assert config["headers"]["Authorization"] == "Bearer ${env:TOKEN}"  # input untouched

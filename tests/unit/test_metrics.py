@@ -15,6 +15,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from prometheus_client.openmetrics.parser import (
     text_string_to_metric_families as openmetrics_families,
@@ -305,6 +306,7 @@ def test_names_follow_the_prometheus_conventions() -> None:
             assert not keys & {"connector", "connector_id", "name", "run_id"}, family.name
 
 
+@pytest.mark.needs("promtool")
 def test_promtool_accepts_the_exposition() -> None:
     body, _ = busy_metrics().render()
     result = subprocess.run(
@@ -456,6 +458,7 @@ async def test_a_queue_outage_leaves_the_store_figures_refreshed(tmp_path: Path)
 # --- the example alert rules ----------------------------------------------------------------
 
 
+@pytest.mark.needs("promtool")
 def test_the_example_alert_rules_use_exported_metrics_and_pass_promtool() -> None:
     rules = yaml.safe_load(ALERTS.read_text(encoding="utf-8"))
     [group] = rules["groups"]

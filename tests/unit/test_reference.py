@@ -1,4 +1,4 @@
-"""The README's connector reference is generated from the connector models
+"""The connector reference (``docs/connectors.md``) is generated from the connector models
 (:mod:`syncd.schema.reference`), and the committed text is the generated one."""
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from syncd.schema.kinds import PAGINATION_MODELS, type_of
 from syncd.schema.reference import (
     COMMAND,
     END,
+    REFERENCE_FILE,
     START,
     between_markers,
     main,
@@ -26,26 +27,36 @@ from syncd.schema.reference import (
 )
 from syncd.sources.base import Source, SourceContext
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+ROOT = Path(__file__).resolve().parents[2]
+REFERENCE = ROOT / REFERENCE_FILE
 
 
-def test_the_readme_reference_is_the_generated_one() -> None:
-    committed = between_markers(README.read_text(encoding="utf-8"))
+def test_the_committed_reference_is_the_generated_one() -> None:
+    committed = between_markers(REFERENCE.read_text(encoding="utf-8"))
     generated = render_reference(Registry.builtin()).strip("\n")
     if committed != generated:
         diff = "\n".join(
             difflib.unified_diff(
                 committed.splitlines(),
                 generated.splitlines(),
-                "README.md",
+                REFERENCE_FILE,
                 "generated",
                 lineterm="",
             )
         )
         pytest.fail(
-            f"README.md's connector reference is out of date: regenerate it with `{COMMAND}`\n"
+            f"{REFERENCE_FILE}'s connector reference is out of date: regenerate it with "
+            f"`{COMMAND}`\n"
             f"{diff}"
         )
+
+
+def test_the_command_writes_the_committed_file_and_the_readme_links_it() -> None:
+    assert COMMAND.endswith(f" --write {REFERENCE_FILE}")
+    assert f"`{COMMAND}`" in REFERENCE.read_text(encoding="utf-8")
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert f"]({REFERENCE_FILE})" in readme
+    assert START not in readme and END not in readme  # one copy of the reference, not two
 
 
 def _section(text: str, heading: str) -> str:
@@ -146,15 +157,15 @@ def test_plugin_kinds_are_described_too() -> None:
 
 
 def test_write_replaces_only_the_text_between_the_markers(tmp_path: Path) -> None:
-    readme = tmp_path / "README.md"
-    readme.write_text(f"# title\n\n{START}\nstale\n{END}\n\n## after\n", encoding="utf-8")
-    assert main(["--write", str(readme)]) == 0
-    text = readme.read_text(encoding="utf-8")
+    page = tmp_path / "connectors.md"
+    page.write_text(f"# title\n\n{START}\nstale\n{END}\n\n## after\n", encoding="utf-8")
+    assert main(["--write", str(page)]) == 0
+    text = page.read_text(encoding="utf-8")
     assert text.startswith(f"# title\n\n{START}\n\n")
     assert text.endswith(f"\n\n{END}\n\n## after\n")
     assert between_markers(text) == render_reference(Registry.builtin()).strip("\n")
-    assert main(["--write", str(readme)]) == 0
-    assert readme.read_text(encoding="utf-8") == text  # idempotent
+    assert main(["--write", str(page)]) == 0
+    assert page.read_text(encoding="utf-8") == text  # idempotent
 
 
 @pytest.mark.parametrize(
@@ -163,11 +174,11 @@ def test_write_replaces_only_the_text_between_the_markers(tmp_path: Path) -> Non
 def test_write_refuses_a_file_without_one_pair_of_markers(
     tmp_path: Path, text: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    readme = tmp_path / "README.md"
-    readme.write_text(text, encoding="utf-8")
-    assert main(["--write", str(readme)]) == 2
-    assert readme.read_text(encoding="utf-8") == text
-    assert "README.md" in capsys.readouterr().err
+    page = tmp_path / "connectors.md"
+    page.write_text(text, encoding="utf-8")
+    assert main(["--write", str(page)]) == 2
+    assert page.read_text(encoding="utf-8") == text
+    assert "connectors.md" in capsys.readouterr().err
     with pytest.raises(ValueError):
         replace_between_markers(text, "x")
 

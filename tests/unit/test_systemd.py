@@ -265,6 +265,7 @@ conn.close()
 """
 
 
+@pytest.mark.needs("systemd-socket-activate")
 async def test_listen_sockets_takes_over_sockets_from_systemd_socket_activate(
     short_tmp: Path,
 ) -> None:

@@ -10,6 +10,10 @@ import re
 import subprocess
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.needs("systemd-analyze")
+
 SYSTEMD_ANALYZE = "/usr/bin/systemd-analyze"
 UNITS = Path(__file__).resolve().parents[2] / "systemd"
 SERVICE = UNITS / "syncd.service"

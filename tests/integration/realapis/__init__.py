@@ -1,0 +1,1 @@
+"""Local servers that follow the documented list contracts of real public APIs."""
