@@ -21,9 +21,11 @@ from pydantic import (
     ConfigDict,
     Field,
     GetCoreSchemaHandler,
+    ModelWrapValidatorHandler,
     WithJsonSchema,
     model_validator,
 )
+from pydantic import ValidationError as PydanticError
 from pydantic_core import CoreSchema
 from typing_extensions import TypeAliasType
 
@@ -53,6 +55,7 @@ from syncd.schema.fields import (
     absent,
     fail,
     fail_at,
+    message_of,
     ref_pattern,
     ref_problem,
     tagged_union,
@@ -151,26 +154,27 @@ def _placed_names(schema: dict[str, Any]) -> None:
     ]
 
 
-def _check_placed_names(value: Any) -> Any:
-    if not isinstance(value, Mapping):
-        return value
+def _placed_problems(value: Any) -> list[tuple[tuple[str | int, ...], str]]:
+    """The cursor style's names that do not fit where they go (strings only: the fields'
+    own checks report the rest)."""
     problems: list[tuple[tuple[str | int, ...], str]] = []
+    if not isinstance(value, Mapping):
+        return problems
+    header = compiled(HEADER_NAME_PATTERN)
     param, where = value.get("cursor_param"), value.get("in")
     if isinstance(param, str) and param:
         if where == "body" and (problem := path_problem(param)):
             problems.append((("cursor_param",), problem))
-        elif where == "header" and not compiled(HEADER_NAME_PATTERN).fullmatch(param):
+        elif where == "header" and not header.fullmatch(param):
             problems.append((("cursor_param",), "Invalid header name"))
-    found, source = value.get("next_cursor"), value.get("next_from")
+    found = value.get("next_cursor")
     if isinstance(found, str) and found:
-        if source == "header":
-            if not compiled(HEADER_NAME_PATTERN).fullmatch(found):
+        if value.get("next_from") == "header":
+            if not header.fullmatch(found):
                 problems.append((("next_cursor",), "Invalid header name"))
         elif problem := path_problem(found):
             problems.append((("next_cursor",), problem))
-    if problems:
-        fail_at(problems, value)
-    return value
+    return problems
 
 
 EndStatuses = Annotated[
@@ -231,10 +235,22 @@ class CursorPagination(_Ends):
         "crawl.",
     )
 
-    @model_validator(mode="before")
+    @model_validator(mode="wrap")
     @classmethod
-    def _names(cls, value: Any) -> Any:
-        return _check_placed_names(value)
+    def _names(cls, value: Any, handler: ModelWrapValidatorHandler[CursorPagination]) -> Any:
+        # Reported with the fields' own errors, all at once.
+        problems = _placed_problems(value)
+        try:
+            model = handler(value)
+        except PydanticError as exc:
+            if not problems:
+                raise
+            seen = {loc for loc, _ in problems}
+            own = [(e["loc"], message_of(e)) for e in exc.errors() if e["loc"] not in seen]
+            fail_at([*own, *problems], value)
+        if problems:
+            fail_at(problems, value)
+        return model
 
 
 class NextUrlPagination(_Ends):
