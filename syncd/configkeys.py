@@ -264,6 +264,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "timeout_read": _number_key(0, strict=True),
         "timeout_connect": _number_key(0, strict=True),
         "block_private_addresses": Key(_bool_check, _bool_from_text),
+        "max_rate_limit_wait_seconds": _number_key(0, strict=True, maximum=86400),
         "hosts": Key(_host_budgets, lambda text: text),
     },
     "log": {

@@ -91,11 +91,14 @@ class HttpConfig:
     (``block_private_addresses`` refuses sources, webhooks and redirect targets on loopback,
     private, link-local, unique-local, multicast/reserved or cloud metadata addresses), and
     the per-host budgets ``hosts``, keyed by :func:`host_key` (``"api.example.com"`` for every
-    port of that host, ``"api.example.com:8443"`` for that port only)."""
+    port of that host, ``"api.example.com:8443"`` for that port only), and
+    ``max_rate_limit_wait_seconds``: the furthest rate-limit reset a source request waits for
+    (further away, the request fails naming the reset time)."""
 
     timeout_read: float = 30.0
     timeout_connect: float = 5.0
     block_private_addresses: bool = False
+    max_rate_limit_wait_seconds: float = 900.0
     hosts: Mapping[str, HostBudget] = field(default_factory=dict)
 
 

@@ -160,6 +160,7 @@ class Daemon:
                 on_retry=lambda exc, attempt: self.metrics.transport_retries.inc(),
                 block_private_addresses=cfg.http.block_private_addresses,
                 budgets=self.budgets,
+                max_rate_limit_wait=cfg.http.max_rate_limit_wait_seconds,
             )
             await self.transport.open()
         except BaseException:

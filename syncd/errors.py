@@ -7,6 +7,8 @@ that layers above never import a driver to catch its exceptions.
 
 from __future__ import annotations
 
+from datetime import datetime
+
 
 class SyncdError(Exception):
     """Base class of every syncd error."""
@@ -46,6 +48,25 @@ class ServerError(HTTPStatusError):
 
 class ClientError(HTTPStatusError):
     """A 4xx answer other than those the caller chose to retry (429 carries ``retry_after``)."""
+
+
+class RateLimitError(ClientError):
+    """A rate-limit refusal (429, or 403 with no quota left) the transport did not, or no
+    longer, wait out: its reset lies beyond ``http.max_rate_limit_wait_seconds``, the request
+    may not be sent again (not idempotent), or it was still refused after the rate-limit
+    waits a request is allowed. ``until`` is the announced end of the limit (UTC), or
+    ``None``. The message names it."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str | None = None,
+        *,
+        retry_after: float | None = None,
+        until: datetime | None = None,
+    ) -> None:
+        super().__init__(status, message, retry_after=retry_after)
+        self.until = until
 
 
 class ClientTimeoutError(SyncdError):

@@ -6,9 +6,11 @@ A budget (``[http.hosts."HOST"]`` → :class:`~syncd.config.HostBudget`) is a to
 every attempt (retries and redirect hops included) and releases the returned
 :class:`Lease` when the response has been read.
 
-A 429 or 503 carrying ``Retry-After`` puts its host in *cooldown*
-(:meth:`HostBudgets.cooldown`): every request to that host, from any connector, waits until
-the cooldown is over. Cooldowns apply to every host, configured or not.
+A rate-limit refusal announcing its reset (:mod:`syncd.http.ratelimit`: a 429, or a 403 with
+no quota left, with ``Retry-After`` or a reset header), or a 503 carrying ``Retry-After``,
+puts its host in *cooldown* (:meth:`HostBudgets.cooldown`, :func:`cooldown_seconds`): every
+request to that host, from any connector, waits until the cooldown is over. Cooldowns apply
+to every host, configured or not.
 
 Which budget a URL draws from (:meth:`HostBudgets.key`): the ``host:port`` entry for the URL's
 host and effective port (``https://h/`` is port 443) if there is one, else the ``host``
@@ -41,6 +43,7 @@ import structlog
 from yarl import URL
 
 from syncd.config import HostBudget
+from syncd.http.ratelimit import RateLimit
 from syncd.http.retry_after import clamp_retry_after, parse_retry_after
 from syncd.models import WaitReason
 
@@ -52,6 +55,7 @@ __all__ = [
     "LocalHostBudgets",
     "OnWait",
     "budget_key",
+    "cooldown_seconds",
     "hold_budget",
     "note_cooldown",
 ]
@@ -65,7 +69,8 @@ REPORT_THROTTLE_OVER = 0.05
 """A token wait longer than this (seconds) is shown as ``waiting.reason = "throttle"``."""
 
 COOLDOWN_STATUSES = frozenset({429, 503})
-"""Statuses whose ``Retry-After`` puts their host in cooldown for every connector."""
+"""Statuses whose ``Retry-After`` puts their host in cooldown for every connector (a 429 is a
+rate-limit refusal, whose wait may also come from its reset headers)."""
 
 # A cooldown this close to its end is over: the connector whose 429 set it has just slept
 # the same Retry-After (timers may fire a hair early) and must not show a host_cooldown.
@@ -171,16 +176,30 @@ async def hold_budget(
     return key, await budgets.acquire(key, on_wait=on_wait)
 
 
-async def note_cooldown(
-    budgets: HostBudgets | None, key: str | None, status: int, headers: Mapping[str, str]
-) -> None:
-    """What the transport does with each answer: a 429/503 with ``Retry-After`` (clamped to
-    60 s, as the retry waits are) holds every request to the host for that long."""
-    if budgets is None or key is None or status not in COOLDOWN_STATUSES:
-        return
+def cooldown_seconds(
+    status: int, headers: Mapping[str, str], limit: RateLimit | None, max_wait: float
+) -> float | None:
+    """How long an answer puts its host in cooldown for every connector, or ``None``: a
+    rate-limit refusal (:mod:`syncd.http.ratelimit`) for its wait, unless its reset lies
+    beyond ``max_wait`` (such a request fails instead of waiting, and holds nobody); else a
+    429/503 with ``Retry-After`` for that long, clamped to 60 s as the retry waits are."""
+    if limit is not None:
+        return None if limit.beyond(max_wait) else limit.wait
+    if status not in COOLDOWN_STATUSES:
+        return None
     seconds = parse_retry_after(headers.get("Retry-After"))
-    if seconds is not None and seconds > 0:
-        await budgets.cooldown(key, clamp_retry_after(seconds))
+    if seconds is None or seconds <= 0:
+        return None
+    return clamp_retry_after(seconds)
+
+
+async def note_cooldown(
+    budgets: HostBudgets | None, key: str | None, seconds: float | None
+) -> None:
+    """What the transport does with each answer: hold every request to the host for
+    ``seconds`` (:func:`cooldown_seconds`; ``None``: no cooldown)."""
+    if budgets is not None and key is not None and seconds is not None and seconds > 0:
+        await budgets.cooldown(key, seconds)
 
 
 # --- in process ---------------------------------------------------------------------------

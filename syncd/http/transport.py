@@ -31,15 +31,26 @@ With ``budgets`` (:mod:`syncd.http.budget`) every attempt — each retry and eac
 first waits for its host's budget (cooldown, token, concurrency slot), holding the slot until
 the response is read; a 429 or 503 with ``Retry-After`` puts the host in cooldown for every
 connector before the retry logic sleeps.
+
+Rate limits announced in headers (:mod:`syncd.http.ratelimit`): a 429, or a 403 with a
+remaining count of 0, that says when to come back (``Retry-After``, ``x-ratelimit-reset``,
+``RateLimit-Reset`` or the structured ``RateLimit`` field) puts its host in cooldown for
+every connector until then (through ``budgets``, so shared through Redis when they are) and,
+for a request that may be sent again, is waited out (``waiting.reason = "host_cooldown"``)
+and retried. Such waits are not taken from ``retries``: a request makes at most
+``rate_limit_waits`` of them (default :data:`RATE_LIMIT_WAITS`), and a reset further away
+than ``max_rate_limit_wait`` seconds (``http.max_rate_limit_wait_seconds``, default 900) is
+not waited for at all. Either way, and for a request that is not repeatable, the refusal is a
+:class:`~syncd.errors.RateLimitError` (a ``ClientError``) naming the reset time. Retry-After
+alone keeps its 60 s clamp; the reset headers are bounded by the maximum instead.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
-import ipaddress
 import json as jsonlib
-import socket
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
@@ -47,7 +58,7 @@ from typing import Any
 
 import aiohttp
 import structlog
-from aiohttp.abc import AbstractResolver, ResolveResult
+from aiohttp.abc import AbstractResolver
 from yarl import URL
 
 from syncd.errors import (
@@ -55,11 +66,31 @@ from syncd.errors import (
     ClientError,
     ClientTimeoutError,
     HTTPStatusError,
+    RateLimitError,
     ServerError,
     SourceError,
     SyncdError,
 )
-from syncd.http.budget import HostBudgets, OnWait, hold_budget, note_cooldown
+from syncd.http.budget import (
+    HostBudgets,
+    OnWait,
+    cooldown_seconds,
+    hold_budget,
+    note_cooldown,
+)
+from syncd.http.guard import (
+    BlockedAddressError,
+    GuardedResolver,
+    blocked_address_kind,
+    check_literal,
+)
+from syncd.http.ratelimit import (
+    DEFAULT_MAX_RATE_LIMIT_WAIT,
+    RATE_LIMIT_STATUSES,
+    RateLimit,
+    rate_limit,
+    refusal_note,
+)
 from syncd.http.retry_after import clamp_retry_after, parse_retry_after
 from syncd.http.timeouts import Timeouts, resolve_timeouts
 from syncd.logs import mask_url_passwords
@@ -69,6 +100,7 @@ __all__ = [
     "DEFAULT_TIMEOUTS",
     "IDEMPOTENT_METHODS",
     "MAX_REDIRECTS",
+    "RATE_LIMIT_WAITS",
     "REDIRECT_STATUSES",
     "RETRY_STATUSES",
     "BlockedAddressError",
@@ -98,7 +130,11 @@ REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 MAX_REDIRECTS = 10
 """Redirect hops followed per request (aiohttp's default) before giving up."""
 
+RATE_LIMIT_WAITS = 5
+"""Rate-limit waits one request may make (besides, not out of, its ``retries``)."""
+
 Sleep = Callable[[float], Awaitable[None]]
+Clock = Callable[[], float]
 OnRetry = Callable[[BaseException, int], None]
 Params = Mapping[str, str | int | float]
 
@@ -132,86 +168,8 @@ def _unparsed(url: str | URL) -> str:
     return mask_url_passwords(str(url).split("?", 1)[0].split("#", 1)[0])
 
 
-class BlockedAddressError(ClientConnectionError):
-    """``http.block_private_addresses`` refused a connection to a non-public address.
-
-    Never retried: the address will not become public by waiting.
-    """
-
-
-_METADATA_ADDRESSES = frozenset(
-    {ipaddress.ip_address("169.254.169.254"), ipaddress.ip_address("fd00:ec2::254")}
-)
-_UNIQUE_LOCAL = ipaddress.ip_network("fc00::/7")
-_NAT64 = ipaddress.ip_network("64:ff9b::/96")
-
-
-def blocked_address_kind(address: str) -> str | None:
-    """Why the guard refuses IP literal ``address`` (``"loopback"``, ``"private"``,
-    ``"cloud metadata"`` …), or ``None`` for a public address. Something that is not an IP
-    address is ``"unrecognised"``: what cannot be checked is refused."""
-    try:
-        ip = ipaddress.ip_address(address)
-    except ValueError:
-        return "unrecognised"
-    if isinstance(ip, ipaddress.IPv6Address):
-        # An IPv4 address wrapped in IPv6 reaches that IPv4 address.
-        if ip.ipv4_mapped is not None:
-            ip = ip.ipv4_mapped
-        elif ip.sixtofour is not None:
-            ip = ip.sixtofour
-        elif ip in _NAT64:
-            ip = ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
-    if ip in _METADATA_ADDRESSES:
-        return "cloud metadata"
-    checks = (
-        ("loopback", ip.is_loopback),
-        ("link-local", ip.is_link_local),
-        ("multicast", ip.is_multicast),
-        ("unspecified", ip.is_unspecified),
-        ("unique-local", ip in _UNIQUE_LOCAL),
-        ("reserved", ip.is_reserved),
-        ("private", ip.is_private),
-        # Shared address space (100.64.0.0/10), documentation ranges and the like.
-        ("non-public", not ip.is_global),
-    )
-    return next((kind for kind, hit in checks if hit), None)
-
-
-def _refusal(host: str, address: str, kind: str) -> BlockedAddressError:
-    article = "an" if kind[0] in "aeiou" else "a"
-    what = (
-        f"{host} is {article} {kind} address"
-        if host.strip("[]") == address
-        else f"{host} resolves to {article} {kind} address ({address})"
-    )
-    return BlockedAddressError(f"refused: {what}; http.block_private_addresses is set")
-
-
-def _looks_like_ip(host: str) -> bool:
-    # aiohttp's own test for "do not resolve this host": an IP literal to it, so ours too.
-    return ":" in host or host.replace(".", "").isdigit()
-
-
-class _GuardedResolver(AbstractResolver):
-    """Resolves through ``inner`` and refuses names with a non-public address among theirs
-    (one private answer is enough: a rebinding name may hand out either)."""
-
-    def __init__(self, inner: AbstractResolver) -> None:
-        self._inner = inner
-
-    async def resolve(
-        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
-    ) -> list[ResolveResult]:
-        results = await self._inner.resolve(host, port, family)
-        for result in results:
-            kind = blocked_address_kind(result["host"])
-            if kind is not None:
-                raise _refusal(host, result["host"], kind)
-        return results
-
-    async def close(self) -> None:
-        await self._inner.close()
+# Kept under its old name: the guard's resolver moved to syncd.http.guard.
+_GuardedResolver = GuardedResolver
 
 
 @dataclass(frozen=True)
@@ -249,6 +207,8 @@ class _Answer:
     # What aiohttp's raise_for_status would have raised: kept as the __cause__ of our error.
     cause: aiohttp.ClientResponseError | None
     reason: str
+    # The rate-limit refusal this answer is (its cooldown already noted in the budgets).
+    limit: RateLimit | None = None
 
 
 class Transport:
@@ -258,10 +218,14 @@ class Transport:
     releases the connection pool. Also usable as ``async with Transport() as t``.
     ``timeouts`` apply to requests that give no ``timeout`` of their own; the composition
     root builds them with :func:`resolve_timeouts` (environment over ``config.toml``).
-    ``sleep`` (default :func:`asyncio.sleep`) and ``on_retry(error, retry_number)`` let tests
-    and metrics observe the retry schedule. ``block_private_addresses`` turns on the guard
-    described in the module docstring; ``max_redirects`` bounds the hops followed.
+    ``sleep`` (default :func:`asyncio.sleep`; rate-limit waits sleep through it too) and
+    ``on_retry(error, retry_number)`` let tests and metrics observe the retry schedule.
+    ``block_private_addresses`` turns on the guard described in the module docstring;
+    ``max_redirects`` bounds the hops followed.
     ``budgets`` (opened and closed by the owner) applies the per-host budgets to every attempt.
+    ``max_rate_limit_wait`` and ``rate_limit_waits`` bound the rate-limit waits of the module
+    docstring; ``wall_clock`` (Unix seconds, default :func:`time.time`) dates the refusals of
+    a server that sends no ``Date``.
     """
 
     def __init__(
@@ -276,9 +240,16 @@ class Transport:
         block_private_addresses: bool = False,
         max_redirects: int = MAX_REDIRECTS,
         budgets: HostBudgets | None = None,
+        max_rate_limit_wait: float = DEFAULT_MAX_RATE_LIMIT_WAIT,
+        rate_limit_waits: int = RATE_LIMIT_WAITS,
+        wall_clock: Clock = time.time,
     ) -> None:
         if retries < 0:
             raise ValueError("retries must be >= 0")
+        if rate_limit_waits < 0:
+            raise ValueError("rate_limit_waits must be >= 0")
+        if not max_rate_limit_wait > 0:
+            raise ValueError("max_rate_limit_wait must be > 0")
         if max_redirects < 0:
             raise ValueError("max_redirects must be >= 0")
         self.block_private_addresses = block_private_addresses
@@ -290,6 +261,9 @@ class Transport:
         self._on_retry = on_retry
         self._limit = limit
         self.budgets = budgets
+        self.max_rate_limit_wait = max_rate_limit_wait
+        self.rate_limit_waits = rate_limit_waits
+        self._wall_clock = wall_clock
         self._session: aiohttp.ClientSession | None = None
         self._resolver: AbstractResolver | None = None
 
@@ -303,7 +277,7 @@ class Transport:
         if self._session is None:
             resolver: AbstractResolver | None = None
             if self.block_private_addresses:
-                resolver = _GuardedResolver(aiohttp.DefaultResolver())
+                resolver = GuardedResolver(aiohttp.DefaultResolver())
             self._resolver = resolver
             self._session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=self._limit, resolver=resolver),
@@ -362,7 +336,7 @@ class Transport:
         non-2xx answer is returned instead of raised (502/503/504 are still retried first
         when the method is idempotent); connection failures and timeouts always raise.
         ``on_wait(reason, seconds)`` is told of each retry wait and each wait for a host's
-        budget or cooldown (so a sync can show it).
+        budget or cooldown, a rate-limit wait included (so a sync can show it).
         ``data`` is sent as an ``application/x-www-form-urlencoded`` body (not with ``json``).
         ``content`` is a body already encoded (the caller's headers give its Content-Type),
         sent as it is and otherwise treated like ``json`` (e.g. on a redirect).
@@ -379,7 +353,7 @@ class Transport:
             idempotent = method in IDEMPOTENT_METHODS
         budget = self.retries if idempotent else 0
         client_timeout = _client_timeout(timeout) if timeout is not None else None
-        retry = 0
+        retry = waits = 0
         while True:
             try:
                 answer = await self._send(
@@ -403,7 +377,13 @@ class Transport:
                 status = answer.response.status
                 if status < 400:
                     return answer.response
-                error = _status_error(method, answer)
+                limit = answer.limit
+                if limit is not None and idempotent and self._may_wait(limit, waits):
+                    waits += 1
+                    await self._wait_rate_limit(method, url, answer, limit, waits, on_wait)
+                    continue
+                note = "" if limit is None else self._refusal_note(limit, waits, idempotent)
+                error = _status_error(method, answer, note)
                 if status not in RETRY_STATUSES or retry >= budget:
                     if not raise_for_status:
                         return answer.response
@@ -454,7 +434,8 @@ class Transport:
         # The caller's headers and the URL's credentials belong to the request's origin.
         trusted = True
         for hop in range(self.max_redirects + 1):
-            self._check_literal(target)
+            if self.block_private_addresses:
+                check_literal(target)
             kwargs = dict(base)
             if json is not None:
                 kwargs["json"] = json
@@ -470,14 +451,25 @@ class Transport:
             key, lease = await hold_budget(self.budgets, target, on_wait)
             try:
                 async with session.request(method, target, headers=hop_headers, **kwargs) as resp:
-                    await note_cooldown(self.budgets, key, resp.status, resp.headers)
+                    limit = (
+                        rate_limit(resp.status, resp.headers, now=self._wall_clock())
+                        if resp.status in RATE_LIMIT_STATUSES
+                        else None
+                    )
+                    await note_cooldown(
+                        self.budgets,
+                        key,
+                        cooldown_seconds(
+                            resp.status, resp.headers, limit, self.max_rate_limit_wait
+                        ),
+                    )
                     here = resp.url
                     origin = here.origin() if origin is None else origin
                     location = (
                         resp.headers.get("Location") if resp.status in REDIRECT_STATUSES else None
                     )
                     if location is None:
-                        return await _answer(resp, url)
+                        return await _answer(resp, url, limit)
                     resp.release()  # the body of a redirect is not read
             finally:
                 await lease.release()
@@ -503,21 +495,48 @@ class Transport:
             target = following
         raise SourceError(f"too many redirects (over {self.max_redirects}): {safe_url(url)}")
 
-    def _check_literal(self, target: str | URL) -> None:
-        """Refuse an IP literal host the guard blocks (names are checked by the resolver)."""
-        if not self.block_private_addresses:
-            return
-        try:
-            host = URL(target).raw_host
-        except (TypeError, ValueError):
-            return  # aiohttp reports the invalid URL
-        if host and _looks_like_ip(host):
-            kind = blocked_address_kind(host)
-            if kind is not None:
-                raise _refusal(host, host, kind)
+    def _refusal_note(self, limit: RateLimit, waits: int, idempotent: bool) -> str:
+        return refusal_note(
+            limit, max_wait=self.max_rate_limit_wait, waits=waits if idempotent else 0
+        )
+
+    def _may_wait(self, limit: RateLimit, waits: int) -> bool:
+        """Whether a rate-limit refusal is waited out (the request being repeatable)."""
+        return waits < self.rate_limit_waits and not limit.beyond(self.max_rate_limit_wait)
+
+    async def _wait_rate_limit(
+        self,
+        method: str,
+        url: str,
+        answer: _Answer,
+        limit: RateLimit,
+        waits: int,
+        on_wait: OnWait | None,
+    ) -> None:
+        """Wait out a rate-limit refusal, shown as ``host_cooldown``: every other connector's
+        request to the host waits for the same cooldown in its budget (a longer cooldown
+        noted there meanwhile is waited out by the next attempt)."""
+        log.info(
+            "http.rate_limited",
+            method=method,
+            url=safe_url(url),
+            status=answer.response.status,
+            field=limit.field,
+            wait=round(limit.wait, 3),
+            until=limit.until.isoformat(),
+            wait_number=waits,
+            of=self.rate_limit_waits,
+        )
+        if on_wait is not None:
+            on_wait(WaitReason.HOST_COOLDOWN, limit.wait)
+        await self._sleep(limit.wait)
 
 
-async def _answer(resp: aiohttp.ClientResponse, requested_url: str) -> _Answer:
+async def _answer(
+    resp: aiohttp.ClientResponse,
+    requested_url: str,
+    limit: RateLimit | None = None,
+) -> _Answer:
     body = await resp.read()
     reason = resp.reason or ""
     response = Response(resp.status, resp.headers, str(resp.url), body, requested_url)
@@ -530,7 +549,7 @@ async def _answer(resp: aiohttp.ClientResponse, requested_url: str) -> _Answer:
             message=reason,
             headers=resp.headers,
         )
-    return _Answer(response, cause, reason)
+    return _Answer(response, cause, reason, limit)
 
 
 def _redirect_target(here: URL, location: str, method: str, url: str) -> URL:
@@ -573,11 +592,16 @@ def _client_timeout(timeouts: Timeouts) -> aiohttp.ClientTimeout:
     )
 
 
-def _status_error(method: str, answer: _Answer) -> HTTPStatusError:
+def _status_error(method: str, answer: _Answer, note: str = "") -> HTTPStatusError:
     response = answer.response
     retry_after = parse_retry_after(response.headers.get("Retry-After"))
     status = f"HTTP {response.status} {answer.reason}".rstrip()
     message = f"{status} from {method} {safe_url(response.url)}"
+    if answer.limit is not None:
+        message = f"{message}: {note}" if note else message
+        return RateLimitError(
+            response.status, message, retry_after=retry_after, until=answer.limit.until
+        )
     cls = ClientError if response.status < 500 else ServerError
     return cls(response.status, message, retry_after=retry_after)
 

@@ -159,7 +159,9 @@ async def test_abort_during_a_host_wait_returns_at_once(
         a = await daemon.create_connector({"name": "a", "source": source_of(server, "a")})
         server.fail_next(429, retry_after=30)
         await daemon.trigger_sync(a.id)
-        await daemon.wait_run(a.id)  # failed on the 429; the host now cools down for 30 s
+        # A waits out its 429 in the transport; the host cools down for 30 s for everyone.
+        refused = await daemon.wait_connector(a.id, lambda c: c.waiting is not None)
+        assert refused.waiting is not None and refused.waiting.reason == "host_cooldown"
     await daemon.trigger_sync(b.id)
     # With a cooldown, B waits before its first request; else before its second (5 s).
     shown = await daemon.wait_connector(b.id, lambda c: c.waiting is not None)
@@ -172,6 +174,15 @@ async def test_abort_during_a_host_wait_returns_at_once(
     assert len(server.times("b")) == requests_before
     runs, _ = await daemon.list_runs(b.id)
     assert runs[0].outcome is RunOutcome.ABORTED
+    if reason == "host_cooldown":
+        # The connector whose request was refused is interrupted at once too.
+        started = time.perf_counter()
+        await daemon.abort_sync(a.id)
+        await daemon.wait_run(a.id)
+        assert time.perf_counter() - started < 0.2
+        assert len(server.times("a")) == 1
+        runs, _ = await daemon.list_runs(a.id)
+        assert runs[0].outcome is RunOutcome.ABORTED
 
 
 # --- the transport: every attempt draws from its host's budget ---------------------------
@@ -220,7 +231,8 @@ async def test_each_retry_and_each_redirect_hop_draws_from_its_host(server: Time
 @pytest.mark.parametrize("status", [429, 503])
 async def test_retry_after_puts_the_host_in_cooldown(server: TimedServer, status: int) -> None:
     budgets = LocalHostBudgets({})
-    async with Transport(budgets=budgets, retries=0) as transport:
+    # No retries and no rate-limit waits: the refusal comes back as it was answered.
+    async with Transport(budgets=budgets, retries=0, rate_limit_waits=0) as transport:
         server.fail_next(status, retry_after=2)
         response = await transport.request("GET", server.items_url, raise_for_status=False)
         assert response.status == status

@@ -20,6 +20,7 @@ from syncd.errors import (
     ClientConnectionError,
     ClientError,
     ClientTimeoutError,
+    RateLimitError,
     ServerError,
     SourceError,
 )
@@ -187,14 +188,17 @@ async def test_4xx_is_a_client_error_and_429_carries_retry_after(
         await transport.request("GET", server.items_url)
     assert not_found.value.status == 404
     assert not_found.value.retry_after is None
-    server.fail_next(429, retry_after=7)
-    with pytest.raises(ClientError) as limited:
+    assert sleeps.calls == []
+    # A 429 with Retry-After is waited out (5 times at most), not taken from the retries.
+    server.fail_next(429, retry_after=7, times=6)
+    with pytest.raises(RateLimitError) as limited:
         await transport.request("GET", server.items_url)
     assert limited.value.status == 429
     assert limited.value.retry_after == 7.0
+    assert "still refused after 5 rate-limit waits" in str(limited.value)
     assert isinstance(limited.value.__cause__, aiohttp.ClientResponseError)
-    assert sleeps.calls == []
-    assert len(server.requests) == 2
+    assert sleeps.calls == [7.0] * 5
+    assert len(server.requests) == 1 + 6
 
 
 async def test_post_is_never_retried(transport: Transport, sleeps: Sleeps) -> None:

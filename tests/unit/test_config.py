@@ -218,6 +218,13 @@ BAD_VALUES: list[tuple[str, str, Any, str]] = [
     ("http", "timeout_connect", "5s", "expected a number > 0, got '5s'"),
     ("http", "block_private_addresses", "yes", "expected true or false, got 'yes'"),
     ("http", "block_private_addresses", 1, "expected true or false, got 1"),
+    ("http", "max_rate_limit_wait_seconds", 0, "expected a number > 0 and ≤ 86400, got 0"),
+    (
+        "http",
+        "max_rate_limit_wait_seconds",
+        90000,
+        "expected a number > 0 and ≤ 86400, got 90000",
+    ),
     ("log", "level", "verbose", "expected one of debug, info, warning, error, got 'verbose'"),
     ("log", "format", "xml", "expected one of auto, json, console, got 'xml'"),
     ("sync", "page_retries", -1, "expected an integer from 0 to 20, got -1"),
@@ -349,7 +356,7 @@ def test_every_key_but_the_http_timeouts_has_an_environment_override() -> None:
             "max_concurrent_runs",
         ],
         "daemon": ["instance_id", "grace_seconds"],
-        "http": ["block_private_addresses"],
+        "http": ["block_private_addresses", "max_rate_limit_wait_seconds"],
     }
     for section, keys in sections.items():
         for key in keys:
@@ -373,6 +380,15 @@ def test_http_timeouts_are_not_read_from_the_environment() -> None:
         environ={"SYNCD_HTTP_TIMEOUT_READ": "nonsense", "SYNCD_HTTP_TIMEOUT_CONNECT": "1"},
     )
     assert (config.http.timeout_read, config.http.timeout_connect) == (7.0, 5.0)
+
+
+def test_max_rate_limit_wait_defaults_to_15_minutes_and_is_read_from_file_and_environment() -> None:
+    assert Config().http.max_rate_limit_wait_seconds == 900.0
+    config = Config.from_mapping({"http": {"max_rate_limit_wait_seconds": 3600}}, environ={})
+    assert config.http.max_rate_limit_wait_seconds == 3600.0
+    environ = {"SYNCD_HTTP_MAX_RATE_LIMIT_WAIT_SECONDS": "120"}
+    config = Config.from_mapping({"http": {"max_rate_limit_wait_seconds": 3600}}, environ=environ)
+    assert config.http.max_rate_limit_wait_seconds == 120.0
 
 
 def test_block_private_addresses_is_off_by_default_and_read_from_the_environment() -> None:
