@@ -308,16 +308,22 @@ SCHEMAS: dict[str, Any] = {
             "request": {
                 "oneOf": [
                     {"type": "null"},
-                    _object(
-                        {
+                    {
+                        "type": "object",
+                        "required": ["method", "url", "headers"],
+                        "properties": {
                             "method": {"type": "string"},
                             "url": {"type": "string"},
                             "headers": {
                                 "type": "object",
                                 "additionalProperties": {"type": "string"},
                             },
-                        }
-                    ),
+                            "body": {
+                                "type": "object",
+                                "description": "The JSON body (secrets masked).",
+                            },
+                        },
+                    },
                 ]
             },
             "pages": {
@@ -333,6 +339,17 @@ SCHEMAS: dict[str, Any] = {
                             "items": _object({"index": _COUNT, "reason": {"type": "string"}}),
                         },
                         "next_cursor": _STR_OR_NULL,
+                        "reason": {
+                            **_STR_OR_NULL,
+                            "description": "Why the crawl continues or ends after this page "
+                            "(`has_more` is false, next cursor at …); null for a source that "
+                            "does not say.",
+                        },
+                        "warnings": {
+                            "type": "array",
+                            "items": {"type": "string"},
+                            "description": "Configured paths the first page's response lacks.",
+                        },
                         "new": {"type": "array", "items": {"type": "string"}},
                         "changed": {"type": "array", "items": {"type": "string"}},
                         "unchanged": {"type": "array", "items": {"type": "string"}},

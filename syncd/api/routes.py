@@ -242,6 +242,8 @@ def _preview_json(found: Preview) -> dict[str, Any]:
             "ids": list(page.ids),
             "rejected": [{"index": r.record, "reason": r.reason} for r in page.rejected],
             "next_cursor": page.next_cursor,
+            "reason": page.reason,
+            "warnings": list(page.warnings),
         }
         if page.new is not None:
             item.update(

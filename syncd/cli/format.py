@@ -18,12 +18,19 @@ def describe_preview(answer: Mapping[str, Any]) -> str:
     if isinstance(request, Mapping):
         lines.append(f"{request.get('method')} {request.get('url')}")
         lines.extend(f"  {k}: {v}" for k, v in (request.get("headers") or {}).items())
+        if request.get("body") is not None:
+            lines.append(f"  body: {json.dumps(request['body'], ensure_ascii=False)}")
     for number, page in enumerate(answer.get("pages") or (), start=1):
         ids, rejected = page.get("ids") or [], page.get("rejected") or []
         line = f"page {number}: {page.get('records')} records, {len(ids)} ids"
         if rejected:
             line += f", {len(rejected)} rejected"
         lines.append(f"{line}; next cursor: {cell(page.get('next_cursor'))}")
+        if page.get("reason"):
+            lines.append(
+                f"  {'continues' if page.get('next_cursor') else 'ends'}: {page['reason']}"
+            )
+        lines.extend(f"  warning: {w}" for w in page.get("warnings") or ())
         if "new" in page:
             lines.append(f"  new {ids_line(page.get('new'))}")
             lines.append(f"  changed {ids_line(page.get('changed'))}")

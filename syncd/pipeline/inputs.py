@@ -9,23 +9,24 @@ from typing import Any
 
 from syncd.jsontext import PayloadError, canonical_json
 from syncd.models import DocumentInput, Rejection
+from syncd.paths import MISSING, get_parts, parse_path
 
 MAX_EXTERNAL_ID_BYTES = 512
 """The longest external id, in UTF-8 bytes: it fits a PostgreSQL index entry and its list
 cursor fits the API's cursor length limit on every backend."""
 
 
-def external_id_of(record: Any, path: Sequence[str]) -> str:
-    """The external id of a record: the value at ``path``, a non-empty string or an integer
-    (written in decimal). :class:`ValueError` with the reason otherwise."""
-    name = ".".join(path)
+def external_id_of(record: Any, path: Sequence[str], name: str | None = None) -> str:
+    """The external id of a record: the value at ``path`` (parts, from
+    :func:`~syncd.paths.parse_path`; ``name`` is the path as written, for the reasons), a
+    non-empty string or an integer (written in decimal). :class:`ValueError` with the reason
+    otherwise."""
+    name = ".".join(path) if name is None else name
     if not isinstance(record, Mapping):
         raise ValueError("record is not an object")
-    value: Any = record
-    for part in path:
-        if not isinstance(value, Mapping) or part not in value:
-            raise ValueError(f"id field {name!r} is missing")
-        value = value[part]
+    value: Any = get_parts(record, tuple(path))
+    if value is MISSING:
+        raise ValueError(f"id field {name!r} is missing")
     if isinstance(value, bool):
         raise ValueError(f"id field {name!r} is a boolean")
     if isinstance(value, int):
@@ -89,9 +90,9 @@ def _kind(value: Any) -> str:
 
 
 def hash_paths(hash_fields: Sequence[str]) -> tuple[tuple[str, ...], ...]:
-    """The dotted paths of ``hash_fields`` split into parts, each once, without a path that
+    """The paths of ``hash_fields`` split into parts, each once, without a path that
     another one of them contains (``a.b`` goes when ``a`` is there: ``a`` covers it)."""
-    paths = {tuple(f.split(".")) for f in hash_fields}
+    paths = {parse_path(f) for f in hash_fields}
     return tuple(sorted(p for p in paths if not any(p[:n] in paths for n in range(1, len(p)))))
 
 
@@ -102,12 +103,8 @@ def hashed_part(record: Mapping[str, Any], paths: Sequence[Sequence[str]]) -> di
     is absent from it (a present ``null`` is kept, so it differs from a missing field)."""
     out: dict[str, Any] = {}
     for path in paths:
-        value: Any = record
-        for part in path:
-            if not isinstance(value, Mapping) or part not in value:
-                break
-            value = value[part]
-        else:
+        value = get_parts(record, tuple(path))
+        if value is not MISSING:
             # No path is a prefix of another: every object on the way is one made here.
             node = out
             for part in path[:-1]:
@@ -119,19 +116,19 @@ def hashed_part(record: Mapping[str, Any], paths: Sequence[Sequence[str]]) -> di
 def document_inputs(
     records: Sequence[Any], id_field: str = "id", hash_fields: Sequence[str] | None = None
 ) -> tuple[list[DocumentInput], list[Rejection]]:
-    """Turn a page's records into documents keyed by ``id_field`` (dotted path allowed).
+    """Turn a page's records into documents keyed by ``id_field`` (a path: :mod:`syncd.paths`).
 
     Returns the documents and the records rejected, each with its index in the page and a
     reason: a record without a usable id (:func:`external_id_of`) or whose payload cannot
     be stored (:class:`PayloadError`). A rejected record never fails the page.
 
     The content hash is the SHA-256 of the record's canonical JSON or, with ``hash_fields``
-    (dotted paths), of the canonical JSON of the sub-document those paths make
+    (paths), of the canonical JSON of the sub-document those paths make
     (:func:`hashed_part`), so that a change elsewhere in the record (a view count, a fetch
     time) does not change it. The payload is the whole record either way. Paths that cover
     the whole record give the whole record's hash.
     """
-    path = id_field.split(".")
+    path = parse_path(id_field)
     top = path[0] if len(path) == 1 else None
     parts = hash_paths(hash_fields) if hash_fields is not None else None
     sha256 = hashlib.sha256
@@ -143,7 +140,7 @@ def document_inputs(
         external_id = _plain_id(rec, top) if top is not None and type(rec) is dict else None
         if external_id is None:
             try:
-                external_id = external_id_of(rec, path)
+                external_id = external_id_of(rec, path, id_field)
             except ValueError as exc:
                 rejected.append(Rejection(index, str(exc)))
                 continue

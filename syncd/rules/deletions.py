@@ -10,6 +10,7 @@ from typing import Any
 
 from syncd.errors import Conflict
 from syncd.models import Connector, ConnectorStatus, PruneAction, PruneCounts, PrunePlan, Transition
+from syncd.paths import MISSING, get_parts, parse_path
 from syncd.pipeline.inputs import external_id_of
 from syncd.rules.state import MSG_DELETING, MSG_NO_DELETIONS_HELD
 
@@ -59,12 +60,8 @@ def deleted_field(source: Mapping[str, Any]) -> str | None:
 def is_tombstone(record: Any, path: Sequence[str]) -> bool:
     """Whether ``record``'s field at ``path`` marks it deleted: any value but a missing one,
     ``null`` or ``false`` (``true``, a ``deleted_at`` timestamp, …)."""
-    value: Any = record
-    for part in path:
-        if not isinstance(value, Mapping) or part not in value:
-            return False
-        value = value[part]
-    return value is not None and value is not False
+    value = get_parts(record, tuple(path)) if isinstance(record, Mapping) else MISSING
+    return value is not MISSING and value is not None and value is not False
 
 
 def split_tombstones(
@@ -72,13 +69,13 @@ def split_tombstones(
 ) -> tuple[list[Any], list[str]]:
     """A page's records without its tombstones, and the external ids the tombstones delete
     (a tombstone without a usable id is kept with the records, to be rejected as a record)."""
-    path, id_path = field.split("."), id_field.split(".")
+    path, id_path = parse_path(field), parse_path(id_field)
     live: list[Any] = []
     gone: list[str] = []
     for record in records:
         if is_tombstone(record, path):
             try:
-                gone.append(external_id_of(record, id_path))
+                gone.append(external_id_of(record, id_path, id_field))
                 continue
             except ValueError:
                 pass

@@ -21,6 +21,7 @@ from pydantic_core import ErrorDetails, InitErrorDetails, PydanticCustomError
 from pydantic_core.core_schema import ValidatorFunctionWrapHandler
 from yarl import URL
 
+from syncd import paths
 from syncd.rules import cron
 from syncd.schema.patterns import CRON_PATTERN, URL_PATTERN, compiled, time_zones
 
@@ -29,7 +30,7 @@ MSG_REQUIRED = "Field required"
 MSG_UNKNOWN = "Unknown field"
 MSG_STRING = "Must be a string"
 MSG_URL = "Must be an http:// or https:// URL"
-MSG_PATH = "Must be a dotted path (non-empty string)"
+MSG_PATH = paths.MSG_PATH
 MSG_NON_EMPTY = "Must be a non-empty string"
 
 NAME_MAX_LENGTH = 200
@@ -45,8 +46,8 @@ START_MAX = 1_000_000_000
 STATUS_MIN, STATUS_MAX = 400, 599
 PORT_MIN, PORT_MAX = 1, 65535
 HASH_FIELDS_MAX = 100
-"""Dotted paths in a connector's ``hash_fields``."""
-MSG_HASH_FIELDS = "Must be null or a non-empty list of dotted paths"
+"""Paths in a connector's ``hash_fields``."""
+MSG_HASH_FIELDS = "Must be null or a non-empty list of paths"
 
 ERROR_TYPE = "syncd"
 """The pydantic error type of every message written here (final text, shown as is)."""
@@ -56,7 +57,8 @@ ERROR_TYPE = "syncd"
 NO_NUL = "^[^\\u0000]*$"
 _HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 HEADER_NAME_PATTERN = "^[!#$%&'*+\\-.^_`|~0-9A-Za-z]+$"
-PATH_PATTERN = "^[^.\\u0000]+(\\.[^.\\u0000]+)*$"
+# A path (syncd.paths): dotted, not starting with "/", or a JSON Pointer (RFC 6901).
+PATH_PATTERN = "^(?:[^./\\u0000][^.\\u0000]*(?:\\.[^.\\u0000]+)*|(?:/(?:[^~/\\u0000]|~[01])*)+)$"
 # The blanks a name is stripped of: the ASCII ones, spelled out, because regular expression
 # engines disagree about what "\\s" covers (Python's includes \x1c-\x1f and \x85, ECMA's
 # does not), and the description must accept exactly what the server accepts.
@@ -222,8 +224,8 @@ def _url(value: Any) -> Any:
 
 
 def _path(value: Any) -> Any:
-    if not isinstance(value, str) or not value or not all(value.split(".")):
-        fail(MSG_PATH)
+    if problem := paths.path_problem(value):
+        fail(problem)
     return value
 
 
@@ -236,9 +238,7 @@ def _hash_fields(value: Any) -> Any:
         fail(f"Must list at most {HASH_FIELDS_MAX} paths")
     # Each path checked here, not by the union below: its errors then name ``hash_fields.N``.
     problems: list[tuple[tuple[str | int, ...], str]] = [
-        ((i,), MSG_PATH)
-        for i, path in enumerate(value)
-        if not isinstance(path, str) or not path or not all(path.split("."))
+        ((i,), MSG_PATH) for i, path in enumerate(value) if paths.path_problem(path)
     ]
     if problems:
         fail_at(problems, value)
@@ -387,13 +387,13 @@ TimeZoneName = Annotated[
     ),
 ]
 HttpUrl = Annotated[str, BeforeValidator(_url), _pattern(URL_PATTERN)]
-DottedPath = Annotated[str, BeforeValidator(_path), _pattern(PATH_PATTERN)]
+FieldPath = Annotated[str, BeforeValidator(_path), _pattern(PATH_PATTERN)]
 NonEmptyText = Annotated[str, Field(min_length=1), BeforeValidator(_non_empty)]
 HashFields = Annotated[
-    Annotated[list[DottedPath], Field(min_length=1, max_length=HASH_FIELDS_MAX)] | None,
+    Annotated[list[FieldPath], Field(min_length=1, max_length=HASH_FIELDS_MAX)] | None,
     BeforeValidator(_hash_fields),
 ]
-"""A connector's ``hash_fields``: null, or 1 to 100 dotted paths."""
+"""A connector's ``hash_fields``: null, or 1 to 100 paths."""
 HeaderName = Annotated[str, _pattern(HEADER_NAME_PATTERN)]
 HeaderValue = Annotated[str, _pattern(ref_pattern("\\r\\n"))]
 Headers = Annotated[dict[HeaderName, HeaderValue], BeforeValidator(_headers)]

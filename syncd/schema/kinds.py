@@ -10,6 +10,7 @@ keys its client sent.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, get_args
@@ -20,30 +21,46 @@ from pydantic import (
     ConfigDict,
     Field,
     GetCoreSchemaHandler,
+    ModelWrapValidatorHandler,
     WithJsonSchema,
+    model_validator,
 )
+from pydantic import ValidationError as PydanticError
 from pydantic_core import CoreSchema
+from typing_extensions import TypeAliasType
 
+from syncd.paths import path_problem
 from syncd.schema.fields import (
     HEADER_NAME_PATTERN,
+    MSG_NOT_OBJECT,
     MSG_UNKNOWN,
     NO_NUL,
-    DottedPath,
+    PATH_PATTERN,
+    FieldPath,
+    HeaderName,
     Headers,
     HttpUrl,
     Limit,
     MaxPages,
     NonEmptyText,
     Params,
+    RefText,
     Start,
+    StatusCode,
     TimeoutSeconds,
     _int_between,
+    _is_number,
+    _pattern,
+    _statuses,
     absent,
+    fail,
     fail_at,
+    message_of,
     ref_pattern,
+    ref_problem,
     tagged_union,
 )
-from syncd.schema.patterns import URL_PATTERN
+from syncd.schema.patterns import URL_PATTERN, compiled
 
 __all__ = [
     "WEBHOOK_BATCH_MAX",
@@ -108,54 +125,202 @@ class TypeTagged:
 
 # --- pagination --------------------------------------------------------------------------
 
-_PARAM = "Query parameter name"
+_PARAM = "Query parameter name (with `in: body`, the path in the JSON body)"
+_END_STATUS_MAX = 10
 
 
-class CursorPagination(KindConfig):
-    """A token in the body, sent back as a query parameter; null, missing or empty ends."""
+def _placed_names(schema: dict[str, Any]) -> None:
+    # What the validator below checks, for the JSON Schema: the cursor's name is a body path
+    # with `in: body` and a header name with `in: header`; the next cursor's place is a
+    # header name with `next_from: header` and a path otherwise.
+    def when(key: str, value: str, then: dict[str, Any], otherwise: Any = None) -> Any:
+        rule: dict[str, Any] = {
+            "if": {"properties": {key: {"const": value}}, "required": [key]},
+            "then": {"properties": then},
+        }
+        if otherwise is not None:
+            rule["else"] = {"properties": otherwise}
+        return rule
+
+    schema["allOf"] = [
+        when("in", "body", {"cursor_param": {"pattern": PATH_PATTERN}}),
+        when("in", "header", {"cursor_param": {"pattern": HEADER_NAME_PATTERN}}),
+        when(
+            "next_from",
+            "header",
+            {"next_cursor": {"pattern": HEADER_NAME_PATTERN}},
+            {"next_cursor": {"pattern": PATH_PATTERN}},
+        ),
+    ]
+
+
+def _placed_problems(value: Any) -> list[tuple[tuple[str | int, ...], str]]:
+    """The cursor style's names that do not fit where they go (strings only: the fields'
+    own checks report the rest)."""
+    problems: list[tuple[tuple[str | int, ...], str]] = []
+    if not isinstance(value, Mapping):
+        return problems
+    header = compiled(HEADER_NAME_PATTERN)
+    param, where = value.get("cursor_param"), value.get("in")
+    if isinstance(param, str) and param:
+        if where == "body" and (problem := path_problem(param)):
+            problems.append((("cursor_param",), problem))
+        elif where == "header" and not header.fullmatch(param):
+            problems.append((("cursor_param",), "Invalid header name"))
+    found = value.get("next_cursor")
+    if isinstance(found, str) and found:
+        if value.get("next_from") == "header":
+            if not header.fullmatch(found):
+                problems.append((("next_cursor",), "Invalid header name"))
+        elif problem := path_problem(found):
+            problems.append((("next_cursor",), problem))
+    return problems
+
+
+EndStatuses = Annotated[
+    list[StatusCode], Field(min_length=1, max_length=_END_STATUS_MAX), BeforeValidator(_statuses)
+]
+
+
+class _EndStatus(KindConfig):
+    end_status: EndStatuses = absent(
+        description="HTTP statuses that, answered for a page after the first, mean the crawl "
+        "is complete (WordPress answers 400 for a page past the last one).",
+        examples=[[400]],
+    )
+
+
+class _Ends(_EndStatus):
+    more: FieldPath = absent(
+        description="Path of a value that says whether more pages follow (`has_more`, "
+        "`pageInfo.hasNextPage`): false ends the crawl, true needs a next page; a page "
+        "without it fails.",
+        examples=["has_more"],
+    )
+    done: FieldPath = absent(
+        description="Path of a value that is true on the last page (`end_of_stream`, "
+        "`done`): true ends the crawl whatever else the page holds; a page without it fails.",
+        examples=["end_of_stream"],
+    )
+
+
+class CursorPagination(_Ends):
+    """A token from the body, a header or the last record, sent back as a query parameter,
+    in the JSON body or as a header. Without `more`/`done`, a missing, null or empty token
+    ends."""
+
+    model_config = ConfigDict(json_schema_extra=_placed_names)
 
     type: Literal["cursor"] = Field("cursor", description="The default style.")
     cursor_param: NonEmptyText = Field(
-        "cursor", description=f"{_PARAM} that carries the token.", examples=["cursor"]
+        "cursor",
+        description="Where the token goes: a query parameter name, the path in the JSON body "
+        "(`in: body`), or a header name (`in: header`).",
+        examples=["cursor", "variables.after"],
     )
-    next_cursor: DottedPath = Field(
+    in_: Literal["query", "body", "header"] = Field(
+        "query", alias="in", description="Where `cursor_param` is: `query`, `body` or `header`."
+    )
+    next_cursor: NonEmptyText = Field(
         "next_cursor",
-        description="Dotted path of the next token in the response body.",
-        examples=["meta.next_token"],
+        description="Where the next token is: a path in the response body, a path in the "
+        "page's last record (`next_from: last_record`), or a header name "
+        "(`next_from: header`).",
+        examples=["meta.next_token", "pageInfo.endCursor", "id"],
+    )
+    next_from: Literal["body", "header", "last_record"] = Field(
+        "body",
+        description="What `next_cursor` reads: `body`, `header` or `last_record` (Stripe's "
+        "`starting_after`, a search's `sort` values); an empty page ends a `last_record` "
+        "crawl.",
     )
 
+    @model_validator(mode="wrap")
+    @classmethod
+    def _names(cls, value: Any, handler: ModelWrapValidatorHandler[CursorPagination]) -> Any:
+        # Reported with the fields' own errors, all at once.
+        problems = _placed_problems(value)
+        try:
+            model = handler(value)
+        except PydanticError as exc:
+            if not problems:
+                raise
+            seen = {loc for loc, _ in problems}
+            own = [(e["loc"], message_of(e)) for e in exc.errors() if e["loc"] not in seen]
+            fail_at([*own, *problems], value)
+        if problems:
+            fail_at(problems, value)
+        return model
 
-class NextUrlPagination(KindConfig):
+
+class NextUrlPagination(_Ends):
     """An absolute or relative URL of the next page in the body (followed on the same
     origin only)."""
 
     type: Literal["next_url"]
-    next_url: DottedPath = Field(
-        "next", description="Dotted path of the next page's URL.", examples=["links.next"]
+    next_url: FieldPath = Field(
+        "next",
+        description="Path of the next page's URL.",
+        examples=["links.next", "/@odata.nextLink"],
     )
 
 
-class LinkHeaderPagination(KindConfig):
+class LinkHeaderPagination(_EndStatus):
     """RFC 8288 ``Link: <…>; rel="next"`` (followed on the same origin only)."""
 
     type: Literal["link_header"]
 
 
-class OffsetPagination(KindConfig):
-    """``offset``/``limit`` query parameters; a short or empty page ends."""
+ParamName = Annotated[FieldPath, Field(min_length=1)]
+"""A parameter's name: a query parameter name, or a path in the JSON body (``in: body``)."""
+
+
+class OffsetPagination(_Ends):
+    """``offset``/``limit`` parameters; the offset advances by the records received. With
+    `total` (or `total_header`), `more` or `done` configured, those end the crawl; otherwise
+    a short or empty page does."""
 
     type: Literal["offset"]
-    offset_param: NonEmptyText = Field("offset", description=f"{_PARAM} of the offset.")
-    limit_param: NonEmptyText = Field("limit", description=f"{_PARAM} of the page size.")
+    offset_param: ParamName = Field("offset", description=f"{_PARAM} of the offset.")
+    limit_param: ParamName = Field("limit", description=f"{_PARAM} of the page size.")
     limit: Limit = Field(100, description="Records asked per page.", examples=[100])
+    in_: Literal["query", "body"] = Field(
+        "query", alias="in", description="Where the parameters go: `query` or `body`."
+    )
+    total: FieldPath = absent(
+        description="Path of the total number of records in the response body (Jira's "
+        "`total`): the crawl ends when the offset reaches it, whatever the page size.",
+        examples=["total"],
+    )
+    total_header: HeaderName = absent(
+        description="Header that holds the total number of records.", examples=["X-Total-Count"]
+    )
 
 
-class PagePagination(KindConfig):
-    """A page-number query parameter; an empty page ends."""
+class PagePagination(_Ends):
+    """A page-number parameter. An empty page ends; so do a short page (with `size`), the
+    last page of `total_pages`, `more` and `done`."""
 
     type: Literal["page"]
-    page_param: NonEmptyText = Field("page", description=f"{_PARAM} of the page number.")
+    page_param: ParamName = Field("page", description=f"{_PARAM} of the page number.")
     start: Start = Field(1, description="Number of the first page.", examples=[0, 1])
+    in_: Literal["query", "body"] = Field(
+        "query", alias="in", description="Where the parameters go: `query` or `body`."
+    )
+    size: Limit = absent(
+        description="Records asked per page, sent as `size_param`: a page with fewer ends "
+        "the crawl.",
+        examples=[100],
+    )
+    size_param: ParamName = Field(
+        "per_page", description=f"{_PARAM} of the page size (sent with `size`)."
+    )
+    total_pages: FieldPath = absent(
+        description="Path of the number of pages in the response body.", examples=["pages"]
+    )
+    total_pages_header: HeaderName = absent(
+        description="Header that holds the number of pages.", examples=["X-WP-TotalPages"]
+    )
 
 
 Pagination = Annotated[
@@ -175,15 +340,128 @@ PAGINATION_MODELS: tuple[type[KindConfig], ...] = (
 
 # --- the http source ---------------------------------------------------------------------
 
+_FAIL_WHEN_MAX = 10
+_BODY_DEPTH_MAX = 32
+
+
+def _json_body(value: Any) -> Any:
+    if not isinstance(value, Mapping):
+        fail(MSG_NOT_OBJECT)
+    problems: list[tuple[tuple[str | int, ...], str]] = []
+    _check_json(value, (), problems)
+    if problems:
+        fail_at(problems[:20], value)
+    return dict(value)
+
+
+def _check_json(value: Any, at: tuple[str | int, ...], problems: list[Any]) -> None:
+    # What a store keeps and a request sends: JSON without NUL, finite numbers, references
+    # that can be resolved.
+    if len(at) > _BODY_DEPTH_MAX:
+        problems.append((at, f"Must nest at most {_BODY_DEPTH_MAX} levels"))
+    elif isinstance(value, str):
+        if "\x00" in value:
+            problems.append((at, "Must not contain NUL"))
+        elif problem := ref_problem(value):
+            problems.append((at, problem))
+    elif isinstance(value, float) and not math.isfinite(value):
+        problems.append((at, "Must be a finite number"))
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            _check_json(item, (*at, str(key)), problems)
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _check_json(item, (*at, index), problems)
+    elif not (value is None or isinstance(value, bool | int | float)):
+        problems.append((at, "Must be a JSON value"))
+
+
+JsonValue = TypeAliasType(
+    "JsonValue",
+    "RefText | int | float | bool | list[JsonValue] | dict[str, JsonValue] | None",
+)
+"""Any JSON value whose strings hold no NUL and only references that can be resolved."""
+JsonBody = Annotated[dict[str, JsonValue], BeforeValidator(_json_body)]
+
+
+class FailWhen(KindConfig):
+    """A condition on the response body that fails the page: the value at `path` equals
+    `equals`, or, without `equals`, is present and not null, false or empty."""
+
+    path: FieldPath = Field(description="Path in the response body.", examples=["ok", "errors"])
+    equals: Any = absent(
+        description="The value that means an error (any JSON value).", examples=[False]
+    )
+    message: FieldPath = absent(
+        description="Path of the error's text, quoted in the run's error.",
+        examples=["error", "errors.0.message"],
+    )
+
+
+FailWhenList = Annotated[list[FailWhen], Field(min_length=1, max_length=_FAIL_WHEN_MAX)]
+
+
+MARK_FORMATS = ("as_stored", "iso8601", "unix", "unix_ms")
+"""The named formats of an incremental mark (:mod:`syncd.sources.marks`); any other format is
+a ``strftime`` pattern (it holds a ``%``)."""
+
+
+def _mark_format(value: Any) -> Any:
+    if not isinstance(value, str) or not (value in MARK_FORMATS or "%" in value) or "\x00" in value:
+        fail(f"Must be one of {', '.join(MARK_FORMATS)}, or a strftime pattern (with %)")
+    return value
+
+
+def _template(value: Any) -> Any:
+    if not isinstance(value, str) or "{since}" not in value or "\x00" in value:
+        fail("Must be a text holding {since}")
+    return value
+
+
+def _lag(value: Any) -> Any:
+    if not _is_number(value) or not 0 <= value <= LAG_MAX:
+        fail(f"Must be a number of seconds between 0 and {LAG_MAX}")
+    return value
+
+
+LAG_MAX = 7 * 24 * 3600
+_FORMAT_PATTERN = "^(?:" + "|".join(MARK_FORMATS) + "|[^\\u0000]*%[^\\u0000]*)$"
+MarkFormat = Annotated[str, BeforeValidator(_mark_format), _pattern(_FORMAT_PATTERN)]
+_TEMPLATE_PATTERN = "^[^\\u0000]*\\{since\\}[^\\u0000]*$"
+Template = Annotated[str, BeforeValidator(_template), _pattern(_TEMPLATE_PATTERN)]
+Lag = Annotated[float, Field(ge=0, le=LAG_MAX), BeforeValidator(_lag)]
+
 
 class Incremental(KindConfig):
     """Incremental crawls: the largest value of ``field`` seen by the last completed crawl is
-    sent as the query parameter ``param`` on the next one."""
+    sent as ``param`` on the next one — moved back by ``lag``, written in ``format``, put in
+    the query or the JSON body, alone or in a ``template``."""
 
-    field: DottedPath = Field(description="Dotted path in each record.", examples=["updated_at"])
-    param: NonEmptyText = Field(description=f"{_PARAM} to send it as.", examples=["since"])
-    deleted_field: DottedPath = absent(
-        description="Dotted path of a record's tombstone flag: a record whose value there is "
+    field: FieldPath = Field(description="Path in each record.", examples=["updated_at"])
+    param: ParamName = Field(
+        description=f"{_PARAM} to send it as.", examples=["since", "query.range.updated.gte"]
+    )
+    in_: Literal["query", "body"] = Field(
+        "query", alias="in", description="Where `param` is: `query` or `body`."
+    )
+    template: Template = absent(
+        description="The text sent, with `{since}` replaced by the mark (Jira: "
+        '`project = APP AND updated >= "{since}" ORDER BY updated ASC`); the first crawl '
+        "sends `params` as they are.",
+        examples=['updated >= "{since}"'],
+    )
+    format: MarkFormat = absent(
+        description="How the mark is sent: `as_stored` (the default), `iso8601` (UTC, `Z`), "
+        "`unix` (seconds), `unix_ms`, or a strftime pattern (`%Y/%m/%d %H:%M`).",
+        examples=["iso8601", "%Y/%m/%d %H:%M"],
+    )
+    lag: Lag = absent(
+        description="Seconds subtracted from the mark, so that records written while the "
+        "previous crawl ran are seen again (0 by default).",
+        examples=[300],
+    )
+    deleted_field: FieldPath = absent(
+        description="Path of a record's tombstone flag: a record whose value there is "
         "anything but missing, null or false (true, a deletion time…) deletes the document "
         "of its id instead of being one.",
         examples=["deleted_at"],
@@ -332,13 +610,30 @@ class HttpSourceConfig(KindConfig):
         "`${env:NAME}` / `${file:/path}`, resolved per request.",
         examples=[{"Authorization": "Bearer ${env:TICKETS_TOKEN}"}],
     )
-    records: DottedPath = absent(
-        description="Dotted path of the record array in the response body (the body itself "
-        "when omitted).",
+    method: Literal["GET", "POST"] = Field(
+        "GET",
+        description="The request method. A POST is a read here (a search, a GraphQL query): "
+        "retried like a GET.",
+    )
+    body: JsonBody | None = Field(
+        None,
+        description="A JSON object sent with every page request (`method: POST` for most "
+        "APIs); strings may hold `${env:NAME}` / `${file:/path}`, shown as `***`, as are "
+        "values under keys named like secrets. Pagination and incremental values with "
+        "`in: body` are placed in it.",
+        examples=[{"query": "query($after: String) { … }", "variables": {"first": 100}}],
+    )
+    fail_when: FailWhenList = absent(
+        description="Conditions on the response body that fail the page although the status "
+        "is 2xx (Slack: `ok` is false; GraphQL: `errors` is present).",
+        examples=[[{"path": "ok", "equals": False, "message": "error"}]],
+    )
+    records: FieldPath = absent(
+        description="Path of the record array in the response body (the body itself when omitted).",
         examples=["data"],
     )
-    id_field: DottedPath = absent(
-        description="Dotted path of each record's id (`id` when omitted).", examples=["id"]
+    id_field: FieldPath = absent(
+        description="Path of each record's id (`id` when omitted).", examples=["id"]
     )
     pagination: Pagination | None = Field(
         None, description="How to reach the next page (`cursor` with its defaults when omitted)."

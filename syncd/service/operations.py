@@ -459,11 +459,14 @@ class ConnectorService:
             )
             async for page in paginator:
                 docs, rejected = document_inputs(page.records, id_field, connector.hash_fields)
+                report = getattr(source, "last_page", None)
                 found = PreviewPage(
                     len(page.records),
                     tuple(d.external_id for d in docs),
                     tuple(rejected),
                     page.next_cursor,
+                    reason=getattr(report, "reason", None),
+                    warnings=tuple(getattr(report, "warnings", ())),
                 )
                 if existing:
                     found = await self._compare(connector.id, docs, found)
@@ -533,7 +536,9 @@ PREVIEW_FIELDS = ("connector", "connector_id", "pages", "timeout_seconds")
 @dataclass(frozen=True)
 class PreviewPage:
     """One fetched page: its record count, the external ids of its records, the records
-    rejected (index in the page and reason) and the cursor of the page after it. For an
+    rejected (index in the page and reason), the cursor of the page after it, why the crawl
+    continues or ends there and, on the first page, the configured paths its response lacks
+    (for a source that says: the ``http`` source's ``last_page``). For an
     existing connector its ids are also split by how they compare with the stored documents
     (``None`` for a connector body, which has none)."""
 
@@ -541,6 +546,8 @@ class PreviewPage:
     ids: tuple[str, ...]
     rejected: tuple[Rejection, ...]
     next_cursor: str | None
+    reason: str | None = None
+    warnings: tuple[str, ...] = ()
     new: tuple[str, ...] | None = None
     changed: tuple[str, ...] | None = None
     unchanged: tuple[str, ...] | None = None

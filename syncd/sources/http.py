@@ -1,26 +1,31 @@
 """The built-in ``http`` source: a JSON API crawled page by page (DESIGN.md §8).
 
-Config keys: ``url``, ``params``, ``headers`` (values may hold ``${env:NAME}`` /
-``${file:/path}``, resolved per request), ``records`` (dotted path to the record array; absent
-means the body itself is the array), ``id_field`` (read by the sync engine), ``pagination``
-(one of :data:`~syncd.sources.pagination.PAGINATION_TYPES`, cursor by default),
-``incremental`` (``{"field", "param"}``), ``timeout`` (``{"read", "connect"}``), ``max_pages``,
-``auth`` (bearer, basic, api_key or oauth2: :mod:`syncd.sources.auth`).
+Config keys: ``url``, ``method`` (GET or POST), ``body`` (a JSON object), ``params``,
+``headers`` (values, and body strings, may hold ``${env:NAME}`` / ``${file:/path}``, resolved
+per request), ``records`` (path to the record array; absent means the body itself is the
+array), ``id_field`` (read by the sync engine), ``fail_when`` (errors reported in a 2xx body),
+``pagination`` (one of :data:`~syncd.sources.pagination.PAGINATION_TYPES`, cursor by default),
+``incremental`` (``{"field", "param", "in", "template", "format", "lag"}``), ``timeout``
+(``{"read", "connect"}``), ``max_pages``, ``auth`` (bearer, basic, api_key or oauth2:
+:mod:`syncd.sources.auth`). Paths are :mod:`syncd.paths`' (dotted, or JSON Pointer).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pydantic import ValidationError as PydanticError
 from yarl import URL
 
-from syncd.errors import ClientError, SourceError
+from syncd.errors import ClientError, ServerError, SourceError
 from syncd.http.timeouts import resolve_timeouts
 from syncd.http.transport import Response, safe_url
 from syncd.models import Page
 from syncd.observability.logs import redact, register_secret
+from syncd.paths import MISSING, get_path
 from syncd.schema import HttpSourceConfig, field_errors
 from syncd.sources.auth import (
     AuthError,
@@ -31,22 +36,30 @@ from syncd.sources.auth import (
     validate_auth,
 )
 from syncd.sources.base import SourceContext
-from syncd.sources.pagination import (
-    MISSING,
-    QueryParams,
-    build_pagination,
-    get_path,
-)
+from syncd.sources.marks import mark_value
+from syncd.sources.pagination import Next, PageRequest, QueryParams, build_pagination
 from syncd.sources.secrets import (
     REDACTED,
+    connector_secrets,
+    mask_body,
     redact_url,
     register_connector_secrets,
+    resolve_body,
     resolve_refs,
 )
 
-__all__ = ["HttpSource", "validate_http_source"]
+__all__ = ["HttpSource", "PageReport", "validate_http_source"]
 
 _UNAUTHORIZED = 401
+
+
+@dataclass(frozen=True)
+class PageReport:
+    """How the last page fetched continues or ends the crawl, and, after the first page, the
+    configured paths its response lacked (shown by a preview)."""
+
+    reason: str
+    warnings: tuple[str, ...] = ()
 
 
 class HttpSource:
@@ -79,12 +92,15 @@ class HttpSource:
         self._transport = context.transport
         self._on_wait = context.on_wait
         self._url: str = config["url"]
+        self._method: str = config.get("method", "GET")
+        self._body: dict[str, Any] | None = config.get("body")
         self._params: dict[str, str] = {
             str(k): _param_text(v) for k, v in dict(config.get("params") or {}).items()
         }
         self._headers: dict[str, str] = dict(config.get("headers") or {})
         self._registered: set[str] = set()
         self._records_path: str | None = config.get("records")
+        self._fail_when: list[Mapping[str, Any]] = list(config.get("fail_when") or ())
         self._pagination = build_pagination(config.get("pagination"))
         self._max_pages: int | None = config.get("max_pages")
         # The transport's defaults already include the environment: only the connector's
@@ -107,9 +123,9 @@ class HttpSource:
                 cache=token_cache,
             )
         self._pages = 0
-        incremental = config.get("incremental")
-        self._inc_field: str | None = incremental["field"] if incremental else None
-        self._inc_param: str | None = incremental["param"] if incremental else None
+        self.last_page: PageReport | None = None
+        self._incremental: Mapping[str, Any] | None = config.get("incremental")
+        self._inc_field: str | None = self._incremental["field"] if self._incremental else None
         state = context.state
         self._since: Any = state.get("since") if context.resuming else state.get("high_water")
         self._high_water: Any = state.get("high_water") if context.resuming else self._since
@@ -128,58 +144,91 @@ class HttpSource:
                 self._registered.add(value)
                 register_secret(value)
 
+    def _base(self, params: QueryParams, body: dict[str, Any] | None) -> PageRequest:
+        """The source's own request with the incremental mark placed."""
+        base = PageRequest(self._url, params, body, {})
+        inc = self._incremental
+        if inc is None or self._since is None:
+            return base
+        try:
+            value = mark_value(self._since, inc.get("format", "as_stored"), inc.get("lag", 0))
+        except ValueError as exc:
+            raise SourceError(f"incremental mark {self._since!r} is not a time: {exc}") from None
+        template = inc.get("template")
+        if template is not None:
+            value = template.replace("{since}", _param_text(value))
+        where = inc.get("in", "query")
+        if where == "query":
+            value = _param_text(value)
+        return base.with_value(where, inc["param"], value)
+
     def describe_request(self, cursor: str | None = None) -> dict[str, Any]:
-        """The method, URL and header names of the request :meth:`fetch_page` would send for
-        ``cursor``, fit to show (a preview): nothing is resolved or sent. Parameters holding
-        ``${env:}``/``${file:}`` references and every header value read ``"***"``; URL
-        passwords, secret-looking query values and registered secrets are masked too."""
+        """The method, URL, header names and body of the request :meth:`fetch_page` would
+        send for ``cursor``, fit to show (a preview): nothing is resolved or sent. Parameters
+        and body strings holding ``${env:}``/``${file:}`` references, and every header value,
+        read ``"***"``; URL passwords, secret-looking values and registered secrets are masked
+        too."""
         params: QueryParams = {k: REDACTED if "${" in v else v for k, v in self._params.items()}
-        if self._inc_param is not None and self._since is not None:
-            params[self._inc_param] = _param_text(self._since)
-        url, query = self._pagination.request(cursor, self._url, params)
+        body = mask_body(self._body) if self._body is not None else None
+        request = self._pagination.request(cursor, self._base(params, body))
         auth = self._auth.shown() if self._auth is not None else Credentials()
-        url, query = _with_auth_params(url, query, auth)
+        url, query = _with_auth_params(request.url, request.params, auth)
         # The transport hands ``query`` to aiohttp, which extends the URL's own query with it.
         shown = URL(url).extend_query(query) if query else URL(url)
-        return {
-            "method": "GET",
+        headers = {**dict.fromkeys(self._headers, REDACTED), **request.headers}
+        described: dict[str, Any] = {
+            "method": self._method,
             "url": redact(redact_url(str(shown))),
-            "headers": _with_auth_headers(dict.fromkeys(self._headers, REDACTED), auth),
+            "headers": _with_auth_headers(headers, auth),
         }
+        if request.body is not None:
+            described["body"] = request.body
+        return described
 
     async def fetch_page(self, cursor: str | None) -> Page:
         """Fetch the page at ``cursor`` (``None``: the first page)."""
         params: QueryParams = {k: resolve_refs(v) for k, v in self._params.items()}
-        if self._inc_param is not None and self._since is not None:
-            params[self._inc_param] = _param_text(self._since)
-        url, query = self._pagination.request(cursor, self._url, params)
+        body = resolve_body(self._body) if self._body is not None else None
+        request = self._pagination.request(cursor, self._base(params, body))
         headers = {k: _header_value(k, resolve_refs(v)) for k, v in self._headers.items()}
+        headers.update(request.headers)
         self._register_secrets(headers.values())
         self._register_secrets(
             str(params[k]) for k, v in self._params.items() if isinstance(v, str) and "${" in v
         )
-        if self._auth is None:
-            response = await self._get(url, query, headers, Credentials())
-        else:
-            response = await self._get_authenticated(url, query, headers, self._auth)
+        if self._body is not None:
+            self._register_secrets(connector_secrets({"body": self._body}))
+        request = replace(request, headers=headers)
+        try:
+            if self._auth is None:
+                response = await self._send(request, Credentials())
+            else:
+                response = await self._send_authenticated(request, self._auth)
+        except (ClientError, ServerError) as exc:
+            if cursor is None or exc.status not in self._pagination.end_status:
+                raise
+            self.last_page = PageReport(f"status {exc.status} past the last page (end_status)")
+            return Page([], None)
         body = response.json()
+        self._check_fail_when(body)
         records = self._records(body, response.url)
-        next_cursor = self._pagination.next_cursor(cursor, response, body, records)
+        found = self._pagination.next(cursor, response, body, records)
         self._pages += 1
         if self._max_pages is not None and self._pages >= self._max_pages:
-            next_cursor = None
+            found = Next(None, f"max_pages ({self._max_pages}) reached")
+        self.last_page = PageReport(
+            found.reason, self._absent_paths(body, records) if self._pages == 1 else ()
+        )
         if self._inc_field is not None:
             self._observe(records, self._inc_field)
-        return Page(records, next_cursor)
+        return Page(records, found.cursor)
 
-    async def _get_authenticated(
-        self, url: str, query: QueryParams, headers: dict[str, str], auth: SourceAuth
-    ) -> Response:
-        """GET with ``auth``'s credentials; after a 401, once more with renewed ones (an
+    async def _send_authenticated(self, request: PageRequest, auth: SourceAuth) -> Response:
+        """Send with ``auth``'s credentials; after a 401, once more with renewed ones (an
         OAuth2 token revoked or expired early), if ``auth`` can renew them."""
         credentials = await auth.credentials()
         try:
-            return await self._get(url, query, headers, credentials)
+            return await self._send(request, credentials)
         except ClientError as exc:
             if exc.status != _UNAUTHORIZED:
                 raise
@@ -187,7 +236,7 @@ class HttpSource:
             if renewed is None:
                 raise
         try:
-            return await self._get(url, query, headers, renewed)
+            return await self._send(request, renewed)
         except ClientError as exc:
             if exc.status != _UNAUTHORIZED:
                 raise
@@ -195,19 +244,49 @@ class HttpSource:
                 f"source answered 401 after the OAuth2 token was refreshed: {exc}"
             ) from exc
 
-    async def _get(
-        self, url: str, query: QueryParams, headers: dict[str, str], auth: Credentials
-    ) -> Response:
-        url, query = _with_auth_params(url, query, auth)
-        headers = _with_auth_headers(headers, auth)
+    async def _send(self, request: PageRequest, auth: Credentials) -> Response:
+        url, query = _with_auth_params(request.url, request.params, auth)
+        headers = _with_auth_headers(request.headers, auth)
         return await self._transport.request(
-            "GET",
+            self._method,
             url,
             params=query or None,
             headers=headers or None,
+            json=request.body,
             timeout=self._timeouts,
             on_wait=self._on_wait,
+            # A POST of the http source is a read (a search, a GraphQL query): safe to repeat.
+            idempotent=True,
         )
+
+    def _check_fail_when(self, body: Any) -> None:
+        """Fail the page when the body reports an error in a 2xx answer (``fail_when``)."""
+        for condition in self._fail_when:
+            path = condition["path"]
+            value = get_path(body, path)
+            if "equals" in condition:
+                hit = value is not MISSING and _same_json(value, condition["equals"])
+            else:
+                hit = value not in (MISSING, None, False, "", [], {})
+            if not hit:
+                continue
+            message = get_path(body, condition["message"]) if "message" in condition else MISSING
+            detail = "" if message is MISSING else f": {_shown(message)}"
+            raise SourceError(f"source reported an error ({path!r} is {_shown(value)}){detail}")
+
+    def _absent_paths(self, body: Any, records: list[Any]) -> tuple[str, ...]:
+        """Warnings for the configured paths the first page's response lacks."""
+        warnings = []
+        for path in self._pagination.watched:
+            if get_path(body, path) is MISSING:
+                warnings.append(f"{path!r} is not in the first page's response{_hint(body, path)}")
+        first = records[0] if records else None
+        field = self._inc_field
+        if field is not None and isinstance(first, Mapping) and get_path(first, field) is MISSING:
+            warnings.append(
+                f"incremental field {field!r} is not in the first record{_hint(first, field)}"
+            )
+        return tuple(warnings)
 
     def _records(self, body: Any, url: str) -> list[dict[str, Any]]:
         if self._records_path is None:
@@ -266,6 +345,34 @@ def _header_value(name: str, value: str) -> str:
     if "\n" in value or "\r" in value:
         raise SourceError(f"header {name}: resolved value contains a line break")
     return value
+
+
+def _same_json(a: Any, b: Any) -> bool:
+    """JSON equality: ``true`` is not ``1``, ``1`` is ``1.0``."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return a is b
+    if isinstance(a, int | float) and isinstance(b, int | float):
+        return a == b
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same_json(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        return a.keys() == b.keys() and all(_same_json(a[k], b[k]) for k in a)
+    return type(a) is type(b) and a == b
+
+
+def _shown(value: Any) -> str:
+    """A value from a response body, short enough for an error text."""
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= 200 else text[:199] + "…"
+
+
+def _hint(data: Any, path: str) -> str:
+    """A dotted path that names a key holding dots (``@odata.nextLink``) finds nothing:
+    say how to write it."""
+    if not path.startswith("/") and isinstance(data, Mapping) and path in data:
+        pointer = "/" + path.replace("~", "~0").replace("/", "~1")
+        return f" (the key {path!r} is: write the JSON Pointer {pointer!r})"
+    return ""
 
 
 def _later(a: Any, b: Any) -> bool:

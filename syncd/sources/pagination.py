@@ -1,27 +1,36 @@
 """The five pagination styles of the ``http`` source (DESIGN.md §8).
 
-A style turns a cursor into a request (URL and query parameters) and a response into the next
-cursor. Cursors are opaque strings to the rest of syncd: a token for ``cursor``, an absolute
-URL for ``next_url`` and ``link_header``, a number for ``offset`` and ``page``.
+A style turns a cursor into a request (its query parameters, JSON body and headers) and a
+response into the next cursor, with the reason it continues or ends (:class:`Next`, shown by
+a preview). Cursors are opaque strings to the rest of syncd — a token for ``cursor`` (the
+JSON text of the value when it goes in the body, so that a number or a sort tuple is sent
+back as it came), an absolute URL for ``next_url`` and ``link_header``, a number for
+``offset`` and ``page`` — so a checkpoint resumes each of them exactly.
+
+A crawl that cannot tell whether more pages exist never passes for complete: a configured
+end signal (``more``, ``done``, ``total``, ``total_pages``) that a page lacks fails it, and
+so does a page that says more pages follow without the means to reach them.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 from urllib.parse import urljoin, urlsplit
 
 from syncd.errors import SourceError
 from syncd.http.paginator import describe_cursor
 from syncd.http.transport import Response, safe_url
+from syncd.paths import MISSING, get_path, parse_path, set_path
 
 __all__ = [
-    "MISSING",
     "PAGINATION_TYPES",
+    "Next",
+    "PageRequest",
     "Pagination",
     "build_pagination",
-    "get_path",
     "parse_link_header",
 ]
 
@@ -29,84 +38,194 @@ PAGINATION_TYPES = ("cursor", "next_url", "link_header", "offset", "page")
 
 QueryParams = dict[str, str | int | float]
 
-
-class _Missing:
-    def __repr__(self) -> str:
-        return "MISSING"
+_TRUE = (True, 1, "true")
+_FALSE = (False, 0, "false")
 
 
-MISSING: Any = _Missing()
-"""Returned by :func:`get_path` when the path does not exist."""
+@dataclass(frozen=True)
+class PageRequest:
+    """What one page request sends: the URL, query parameters, JSON body (``None``: none)
+    and headers of the source, with the page's pagination values placed in them."""
+
+    url: str
+    params: QueryParams = field(default_factory=dict)
+    body: dict[str, Any] | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+
+    def with_value(self, where: str, name: str, value: Any) -> PageRequest:
+        """This request with ``value`` at ``name`` in the query (``where="query"``), the
+        JSON body (``"body"``, ``name`` a path) or the headers (``"header"``)."""
+        if where == "body":
+            return replace(self, body=set_path(self.body or {}, name, value))
+        if where == "header":
+            return replace(self, headers={**self.headers, name: _text(value, name)})
+        return replace(self, params={**self.params, name: _text(value, name)})
 
 
-def get_path(data: Any, path: str) -> Any:
-    """The value at dotted ``path`` in ``data`` (list indices allowed), or :data:`MISSING`."""
-    value = data
-    for part in path.split("."):
-        # type() first: JSON objects are dicts, and the Mapping ABC check is slow.
-        if type(value) is dict or isinstance(value, Mapping):
-            if part not in value:
-                return MISSING
-            value = value[part]
-        elif isinstance(value, list) and part.isdigit() and int(part) < len(value):
-            value = value[int(part)]
-        else:
-            return MISSING
-    return value
+@dataclass(frozen=True)
+class Next:
+    """The cursor of the page after this one (``None``: this was the last) and why."""
+
+    cursor: str | None
+    reason: str
 
 
 class Pagination(Protocol):
     """One pagination style."""
 
-    def request(self, cursor: str | None, url: str, params: QueryParams) -> tuple[str, QueryParams]:
-        """The URL and query parameters for the page at ``cursor`` (``None``: first page);
-        ``url``/``params`` are the source's own (with the incremental parameter)."""
+    @property
+    def end_status(self) -> frozenset[int]:
+        """Statuses that, answered for a page after the first, end the crawl."""
         ...
 
-    def next_cursor(
-        self, cursor: str | None, response: Response, body: Any, records: list[dict[str, Any]]
-    ) -> str | None:
-        """The cursor of the page after this one, or ``None`` when this was the last."""
+    @property
+    def watched(self) -> tuple[str, ...]:
+        """The response-body paths it reads (a preview warns when the first page lacks one)."""
         ...
+
+    def request(self, cursor: str | None, base: PageRequest) -> PageRequest:
+        """The request for the page at ``cursor`` (``None``: the first page); ``base`` is the
+        source's own (with the incremental mark)."""
+        ...
+
+    def next(self, cursor: str | None, response: Response, body: Any, records: list[Any]) -> Next:
+        """The page after this one, and why."""
+        ...
+
+
+def _text(value: Any, name: str) -> str:
+    """A pagination value as query or header text (a body takes any JSON value)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str | int | float):
+        return str(value)
+    raise SourceError(
+        f"{name}: a {type(value).__name__} cannot be sent as a query parameter or header; "
+        "send it in the JSON body (`in: body`)"
+    )
+
+
+def _flag(body: Any, path: str) -> bool:
+    """The boolean at ``path``: a page without it fails, as does anything but a boolean
+    (or 0/1, "true"/"false")."""
+    value = get_path(body, path)
+    if value is MISSING:
+        raise SourceError(
+            f"end signal {path!r} not found in the response: cannot tell whether more pages follow"
+        )
+    if any(value is t or (type(value) is type(t) and value == t) for t in _TRUE):
+        return True
+    if any(value is f or (type(value) is type(f) and value == f) for f in _FALSE):
+        return False
+    raise SourceError(f"end signal {path!r} is {json.dumps(value)[:60]}, expected true or false")
+
+
+def _count(value: Any, where: str) -> int:
+    """A total read from the body or a header: a non-negative integer."""
+    if value is MISSING or value is None:
+        raise SourceError(f"{where} not found in the response: cannot tell where the crawl ends")
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value.strip())
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    raise SourceError(f"{where} is {json.dumps(value)[:60]}, expected a whole number")
 
 
 @dataclass(frozen=True)
-class CursorPagination:
-    """A token in the body, sent back as a query parameter; null/missing/empty ends."""
+class _Ends:
+    """The explicit end signals every style but ``link_header`` may have."""
+
+    more: str | None = None
+    done: str | None = None
+    end_status: frozenset[int] = frozenset()
+
+    @property
+    def watched(self) -> tuple[str, ...]:
+        """See :class:`Pagination`."""
+        return tuple(p for p in (self.more, self.done) if p is not None)
+
+    def said(self, body: Any) -> tuple[bool | None, str]:
+        """What the end signals say: ``(True, why)`` the crawl ends, ``(False, why)`` more
+        pages follow, ``(None, "")`` none is configured."""
+        if self.done is not None and _flag(body, self.done):
+            return True, f"{self.done!r} is true"
+        if self.more is not None:
+            if not _flag(body, self.more):
+                return True, f"{self.more!r} is false"
+            return False, f"{self.more!r} is true"
+        if self.done is not None:
+            return False, f"{self.done!r} is false"
+        return None, ""
+
+    def announced(self, why: str, missing: str) -> SourceError:
+        """A page that says more follow, without the next one's place."""
+        return SourceError(f"{why}: more pages follow, but {missing}")
+
+
+@dataclass(frozen=True)
+class CursorPagination(_Ends):
+    """A token from the body, a header or the last record, sent back as a query parameter,
+    in the JSON body or as a header."""
 
     cursor_param: str = "cursor"
-    next_cursor_path: str = "next_cursor"
+    where: str = "query"
+    next_cursor: str = "next_cursor"
+    next_from: str = "body"
 
-    def request(self, cursor: str | None, url: str, params: QueryParams) -> tuple[str, QueryParams]:
+    @property
+    def watched(self) -> tuple[str, ...]:
+        """See :class:`Pagination`."""
+        own = (self.next_cursor,) if self.next_from == "body" else ()
+        return (*own, *super().watched)
+
+    def request(self, cursor: str | None, base: PageRequest) -> PageRequest:
         """See :class:`Pagination`."""
         if cursor is None:
-            return url, params
-        return url, {**params, self.cursor_param: cursor}
+            return base
+        value: Any = cursor
+        if self.where == "body":
+            try:
+                value = json.loads(cursor)
+            except ValueError:
+                raise SourceError(f"invalid cursor {describe_cursor(cursor)}") from None
+        return base.with_value(self.where, self.cursor_param, value)
 
-    def next_cursor(
-        self, cursor: str | None, response: Response, body: Any, records: list[dict[str, Any]]
-    ) -> str | None:
+    def next(self, cursor: str | None, response: Response, body: Any, records: list[Any]) -> Next:
         """See :class:`Pagination`."""
-        value = get_path(body, self.next_cursor_path)
+        ended, why = self.said(body)
+        if ended:
+            return Next(None, why)
+        value, place = self._found(response, body, records)
         if value is MISSING or value is None or value == "":
-            return None
-        if isinstance(value, bool) or not isinstance(value, str | int | float):
-            raise SourceError(
-                f"next cursor at {self.next_cursor_path!r} is a {type(value).__name__}, "
-                "expected a string or number"
-            )
-        return str(value)
+            if ended is False:
+                raise self.announced(why, f"no next cursor at {place}")
+            if self.next_from == "last_record" and not records:
+                return Next(None, "empty page")
+            return Next(None, f"no next cursor at {place}")
+        if self.where == "body":
+            text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+        else:
+            text = _text(value, f"next cursor at {place}")
+        return Next(text, f"next cursor at {place}" + (f" ({why})" if why else ""))
+
+    def _found(self, response: Response, body: Any, records: list[Any]) -> tuple[Any, str]:
+        if self.next_from == "header":
+            return response.headers.get(self.next_cursor, MISSING), f"header {self.next_cursor}"
+        if self.next_from == "last_record":
+            last = records[-1] if records else None
+            return get_path(last, self.next_cursor), f"{self.next_cursor!r} of the last record"
+        return get_path(body, self.next_cursor), repr(self.next_cursor)
 
 
 @dataclass(frozen=True)
 class _UrlPagination:
     """Shared by ``next_url`` and ``link_header``: the cursor is the next page's URL."""
 
-    def request(self, cursor: str | None, url: str, params: QueryParams) -> tuple[str, QueryParams]:
+    def request(self, cursor: str | None, base: PageRequest) -> PageRequest:
         """See :class:`Pagination`. A next URL is used as given: it carries its own query."""
         if cursor is None:
-            return url, params
-        return cursor, {}
+            return base
+        return replace(base, url=cursor, params={})
 
     @staticmethod
     def _absolute(response: Response, link: str) -> str:
@@ -124,83 +243,169 @@ class _UrlPagination:
 
 
 @dataclass(frozen=True)
-class NextUrlPagination(_UrlPagination):
+class NextUrlPagination(_Ends, _UrlPagination):
     """An absolute or relative URL in the body."""
 
     next_url_path: str = "next"
 
-    def next_cursor(
-        self, cursor: str | None, response: Response, body: Any, records: list[dict[str, Any]]
-    ) -> str | None:
+    @property
+    def watched(self) -> tuple[str, ...]:
         """See :class:`Pagination`."""
+        return (self.next_url_path, *super().watched)
+
+    def next(self, cursor: str | None, response: Response, body: Any, records: list[Any]) -> Next:
+        """See :class:`Pagination`."""
+        ended, why = self.said(body)
+        if ended:
+            return Next(None, why)
         value = get_path(body, self.next_url_path)
         if value is MISSING or value is None or value == "":
-            return None
+            if ended is False:
+                raise self.announced(why, f"no next URL at {self.next_url_path!r}")
+            return Next(None, f"no next URL at {self.next_url_path!r}")
         if not isinstance(value, str):
             raise SourceError(
                 f"next URL at {self.next_url_path!r} is a {type(value).__name__}, expected a string"
             )
-        return self._absolute(response, value)
+        return Next(self._absolute(response, value), f"next URL at {self.next_url_path!r}")
 
 
 @dataclass(frozen=True)
 class LinkHeaderPagination(_UrlPagination):
     """RFC 8288 ``Link: <…>; rel="next"``."""
 
-    def next_cursor(
-        self, cursor: str | None, response: Response, body: Any, records: list[dict[str, Any]]
-    ) -> str | None:
+    end_status: frozenset[int] = frozenset()
+    watched: tuple[str, ...] = ()
+
+    def next(self, cursor: str | None, response: Response, body: Any, records: list[Any]) -> Next:
         """See :class:`Pagination`."""
         headers = response.headers
         getall = getattr(headers, "getall", None)
         values: list[str] = (
             list(getall("Link", [])) if callable(getall) else [headers.get("Link", "")]
         )
-        links = parse_link_header(", ".join(v for v in values if v))
-        link = links.get("next")
-        return self._absolute(response, link) if link else None
+        link = parse_link_header(", ".join(v for v in values if v)).get("next")
+        if not link:
+            return Next(None, 'no Link rel="next"')
+        return Next(self._absolute(response, link), 'Link rel="next"')
 
 
 @dataclass(frozen=True)
-class OffsetPagination:
-    """``offset``/``limit`` query parameters; a short or empty page ends."""
+class OffsetPagination(_Ends):
+    """``offset``/``limit`` parameters; the offset advances by the records received."""
 
     offset_param: str = "offset"
     limit_param: str = "limit"
     limit: int = 100
+    where: str = "query"
+    total: str | None = None
+    total_header: str | None = None
 
-    def request(self, cursor: str | None, url: str, params: QueryParams) -> tuple[str, QueryParams]:
+    @property
+    def watched(self) -> tuple[str, ...]:
+        """See :class:`Pagination`."""
+        own = (self.total,) if self.total is not None else ()
+        return (*own, *super().watched)
+
+    def request(self, cursor: str | None, base: PageRequest) -> PageRequest:
         """See :class:`Pagination`."""
         offset = _number_cursor(cursor, 0)
-        return url, {**params, self.offset_param: offset, self.limit_param: self.limit}
+        placed = base.with_value(self.where, self.offset_param, offset)
+        return placed.with_value(self.where, self.limit_param, self.limit)
 
-    def next_cursor(
-        self, cursor: str | None, response: Response, body: Any, records: list[dict[str, Any]]
-    ) -> str | None:
+    def next(self, cursor: str | None, response: Response, body: Any, records: list[Any]) -> Next:
         """See :class:`Pagination`."""
-        if len(records) < self.limit:
-            return None
-        return str(_number_cursor(cursor, 0) + len(records))
+        ended, why = self.said(body)
+        if ended:
+            return Next(None, why)
+        offset = _number_cursor(cursor, 0)
+        received = len(records)
+        after = offset + received
+        total, where = self._total(response, body)
+        if total is not None:
+            if after >= total:
+                return Next(None, f"{after} of {total} records ({where})")
+            if not received:
+                raise SourceError(
+                    f"the page at offset {offset} is empty, but {where} says {total} records: "
+                    "cannot tell whether the crawl is complete"
+                )
+            return Next(str(after), f"{after} of {total} records ({where})")
+        if ended is False:
+            if not received:
+                raise self.announced(why, f"the page at offset {offset} is empty")
+            return Next(str(after), why)
+        if not received:
+            return Next(None, "empty page")
+        if received < self.limit:
+            return Next(None, f"short page ({received} of {self.limit}), no total configured")
+        return Next(str(after), f"full page ({received} of {self.limit})")
+
+    def _total(self, response: Response, body: Any) -> tuple[int | None, str]:
+        if self.total is not None:
+            where = f"total {self.total!r}"
+            return _count(get_path(body, self.total), where), where
+        if self.total_header is not None:
+            where = f"header {self.total_header}"
+            return _count(response.headers.get(self.total_header, MISSING), where), where
+        return None, ""
 
 
 @dataclass(frozen=True)
-class PagePagination:
-    """A page-number query parameter; an empty page ends."""
+class PagePagination(_Ends):
+    """A page-number parameter."""
 
     page_param: str = "page"
     start: int = 1
+    where: str = "query"
+    size: int | None = None
+    size_param: str = "per_page"
+    total_pages: str | None = None
+    total_pages_header: str | None = None
 
-    def request(self, cursor: str | None, url: str, params: QueryParams) -> tuple[str, QueryParams]:
+    @property
+    def watched(self) -> tuple[str, ...]:
         """See :class:`Pagination`."""
-        return url, {**params, self.page_param: _number_cursor(cursor, self.start)}
+        own = (self.total_pages,) if self.total_pages is not None else ()
+        return (*own, *super().watched)
 
-    def next_cursor(
-        self, cursor: str | None, response: Response, body: Any, records: list[dict[str, Any]]
-    ) -> str | None:
+    def request(self, cursor: str | None, base: PageRequest) -> PageRequest:
         """See :class:`Pagination`."""
-        if not records:
-            return None
-        return str(_number_cursor(cursor, self.start) + 1)
+        placed = base.with_value(self.where, self.page_param, _number_cursor(cursor, self.start))
+        if self.size is None:
+            return placed
+        return placed.with_value(self.where, self.size_param, self.size)
+
+    def next(self, cursor: str | None, response: Response, body: Any, records: list[Any]) -> Next:
+        """See :class:`Pagination`."""
+        ended, why = self.said(body)
+        if ended:
+            return Next(None, why)
+        page = _number_cursor(cursor, self.start)
+        received = len(records)
+        if not received:
+            if ended is False:
+                raise self.announced(why, f"page {page} is empty")
+            return Next(None, "empty page")
+        pages, where = self._pages(response, body)
+        if pages is not None:
+            index = page - self.start + 1
+            following = str(page + 1) if index < pages else None
+            return Next(following, f"page {index} of {pages} ({where})")
+        if ended is False:
+            return Next(str(page + 1), why)
+        if self.size is not None and received < self.size:
+            return Next(None, f"short page ({received} of {self.size})")
+        return Next(str(page + 1), "page not empty")
+
+    def _pages(self, response: Response, body: Any) -> tuple[int | None, str]:
+        if self.total_pages is not None:
+            where = f"total pages {self.total_pages!r}"
+            return _count(get_path(body, self.total_pages), where), where
+        if self.total_pages_header is not None:
+            where = f"header {self.total_pages_header}"
+            return _count(response.headers.get(self.total_pages_header, MISSING), where), where
+        return None, ""
 
 
 def _origin(url: str) -> tuple[str, str, int | None] | None:
@@ -233,24 +438,45 @@ def build_pagination(config: Mapping[str, Any] | None) -> Pagination:
     """The style described by a (validated) ``pagination`` config; cursor by default."""
     cfg = dict(config or {})
     kind = cfg.get("type", "cursor")
+    ends: dict[str, Any] = {"end_status": frozenset(cfg.get("end_status") or ())}
+    if kind != "link_header":
+        ends.update(more=cfg.get("more"), done=cfg.get("done"))
+    for path in (ends.get("more"), ends.get("done")):
+        if path is not None:
+            parse_path(path)  # a stored config is valid; this keeps it so
     if kind == "cursor":
         return CursorPagination(
             cursor_param=cfg.get("cursor_param", "cursor"),
-            next_cursor_path=cfg.get("next_cursor", "next_cursor"),
+            where=cfg.get("in", "query"),
+            next_cursor=cfg.get("next_cursor", "next_cursor"),
+            next_from=cfg.get("next_from", "body"),
+            **ends,
         )
     if kind == "next_url":
-        return NextUrlPagination(next_url_path=cfg.get("next_url", "next"))
+        return NextUrlPagination(next_url_path=cfg.get("next_url", "next"), **ends)
     if kind == "link_header":
-        return LinkHeaderPagination()
+        return LinkHeaderPagination(**ends)
     if kind == "offset":
         return OffsetPagination(
             offset_param=cfg.get("offset_param", "offset"),
             limit_param=cfg.get("limit_param", "limit"),
             limit=int(cfg.get("limit", 100)),
+            where=cfg.get("in", "query"),
+            total=cfg.get("total"),
+            total_header=cfg.get("total_header"),
+            **ends,
         )
     if kind == "page":
+        size = cfg.get("size")
         return PagePagination(
-            page_param=cfg.get("page_param", "page"), start=int(cfg.get("start", 1))
+            page_param=cfg.get("page_param", "page"),
+            start=int(cfg.get("start", 1)),
+            where=cfg.get("in", "query"),
+            size=int(size) if size is not None else None,
+            size_param=cfg.get("size_param", "per_page"),
+            total_pages=cfg.get("total_pages"),
+            total_pages_header=cfg.get("total_pages_header"),
+            **ends,
         )
     raise SourceError(f"unknown pagination type {kind!r}")
 

@@ -25,9 +25,11 @@ __all__ = [
     "REDACTED",
     "check_refs",
     "connector_secrets",
+    "mask_body",
     "redact_config",
     "redact_source",
     "register_connector_secrets",
+    "resolve_body",
     "resolve_refs",
     "shown_auth",
 ]
@@ -165,6 +167,8 @@ def _shown_auth_text(value: Any) -> Any:
 def _redact(key: str, value: Any) -> Any:
     if key in _NOT_SECRET_SUBTREES:
         return value
+    if key == "body":
+        return mask_body(value)
     if key.lower() == "headers" and isinstance(value, Mapping):
         return {str(k): REDACTED for k in value}
     if value is not None and _SECRET_KEY.search(key):
@@ -260,6 +264,8 @@ def _secret_values(config: Mapping[str, Any], *, top: bool = False) -> Iterator[
                     "${" in param_value or _SECRET_KEY.search(str(param))
                 ):
                     yield param_value
+        elif top and name == "body":
+            yield from _body_secrets("", value)
         elif top and name == "auth" and isinstance(value, Mapping):
             for field, field_value in value.items():
                 if str(field) in _AUTH_DESCRIPTORS:
@@ -276,6 +282,42 @@ def _secret_values(config: Mapping[str, Any], *, top: bool = False) -> Iterator[
                 yield from _url_secrets(value)
         elif isinstance(value, Mapping):
             yield from _secret_values(value)
+
+
+def _body_secrets(key: str, value: Any) -> Iterator[str]:
+    """The secrets of a request's JSON body: strings that hold references or sit under a
+    key named like a secret, at any depth."""
+    if isinstance(value, str):
+        if "${" in value or (_SECRET_KEY.search(key) and not _NOT_SECRET_NAME.search(key)):
+            yield value
+    elif isinstance(value, Mapping):
+        for k, v in value.items():
+            yield from _body_secrets(str(k), v)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            yield from _body_secrets(key, item)
+
+
+def mask_body(value: Any, key: str = "") -> Any:
+    """A request's JSON body safe to show: what :func:`_body_secrets` finds reads ``"***"``."""
+    if isinstance(value, str):
+        return REDACTED if next(_body_secrets(key, value), None) is not None else value
+    if isinstance(value, Mapping):
+        return {str(k): mask_body(v, str(k)) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [mask_body(item, key) for item in value]
+    return value
+
+
+def resolve_body(value: Any) -> Any:
+    """A request's JSON body with the references in its strings resolved."""
+    if isinstance(value, str):
+        return resolve_refs(value)
+    if isinstance(value, Mapping):
+        return {str(k): resolve_body(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [resolve_body(item) for item in value]
+    return value
 
 
 def _url_secrets(text: str) -> Iterator[str]:

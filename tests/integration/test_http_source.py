@@ -21,9 +21,10 @@ from syncd.http.paginator import AsyncCursorPaginator, CancelToken
 from syncd.http.timeouts import Timeouts
 from syncd.http.transport import Response, Transport
 from syncd.models import Page
+from syncd.paths import MSG_PATH, get_path
 from syncd.sources import BUILTIN_SOURCES, HttpSource, StatefulSource, validate_http_source
 from syncd.sources.base import SourceContext
-from syncd.sources.pagination import NextUrlPagination, get_path, parse_link_header
+from syncd.sources.pagination import NextUrlPagination, parse_link_header
 from syncd.sources.secrets import REDACTED, check_refs, redact_source, resolve_refs
 from tests.integration.sourceserver import SourceServer, make_records
 
@@ -409,7 +410,11 @@ REF_HELP = "use ${env:NAME} or ${file:/path}"
             "source.headers.A",
             f"unsupported reference ${{vault:x}}: {REF_HELP}",
         ),
-        ({**U, "records": ""}, "source.records", "Must be a dotted path (non-empty string)"),
+        (
+            {**U, "records": ""},
+            "source.records",
+            MSG_PATH,
+        ),
         (
             {**U, "pagination": {"type": "scroll"}},
             "source.pagination.type",
@@ -428,7 +433,7 @@ REF_HELP = "use ${env:NAME} or ${file:/path}"
         (
             {**U, "pagination": {"next_cursor": "a..b"}},
             "source.pagination.next_cursor",
-            "Must be a dotted path (non-empty string)",
+            MSG_PATH,
         ),
         ({**U, "incremental": {"field": "u"}}, "source.incremental.param", "Field required"),
         (
@@ -526,11 +531,11 @@ def test_get_path() -> None:
 def test_next_url_on_another_origin_is_refused() -> None:
     response = Response(200, {}, "https://api.example.com/items", b"")
     style = NextUrlPagination(next_url_path="next")
-    assert style.next_cursor(None, response, {"next": "/items?p=2"}, []) == (
+    assert style.next(None, response, {"next": "/items?p=2"}, []).cursor == (
         "https://api.example.com/items?p=2"
     )
     with pytest.raises(SourceError, match="another origin"):
-        style.next_cursor(None, response, {"next": "https://evil.example.net/x"}, [])
+        style.next(None, response, {"next": "https://evil.example.net/x"}, [])
 
 
 def test_next_url_is_held_to_the_requested_origin_after_a_redirect() -> None:
@@ -541,9 +546,9 @@ def test_next_url_is_held_to_the_requested_origin_after_a_redirect() -> None:
     )
     style = NextUrlPagination(next_url_path="next")
     with pytest.raises(SourceError, match=r"another origin than https://api\.example\.com/items"):
-        style.next_cursor(None, response, {"next": "/items?p=2"}, [])
+        style.next(None, response, {"next": "/items?p=2"}, [])
     same = Response(200, {}, "https://api.example.com:443/a", b"", "https://api.example.com/a")
-    assert style.next_cursor(None, same, {"next": "/b"}, []) == "https://api.example.com:443/b"
+    assert style.next(None, same, {"next": "/b"}, []).cursor == "https://api.example.com:443/b"
 
 
 async def test_invalid_resume_cursor_does_not_quote_a_url_query(transport: Transport) -> None:

@@ -18,6 +18,7 @@ from syncd.errors import ValidationError
 from syncd.indexers.base import IndexerContext
 from syncd.jsontext import canonical_json, content_hash
 from syncd.models import DocStatus, Document, Page, Run, RunOutcome
+from syncd.paths import MSG_PATH
 from syncd.pipeline.inputs import document_inputs, hash_paths, hashed_part
 from syncd.sources.base import SourceContext, StatefulSource
 from syncd.sources.threaded import ThreadedSource, as_async
@@ -244,8 +245,8 @@ async def test_without_hash_fields_any_change_reindexes(make_any_daemon: DaemonF
 @pytest.mark.parametrize(
     ("value", "error"),
     [
-        ([], "Must be null or a non-empty list of dotted paths"),
-        ("title", "Must be null or a non-empty list of dotted paths"),
+        ([], "Must be null or a non-empty list of paths"),
+        ("title", "Must be null or a non-empty list of paths"),
         (["x"] * 101, "Must list at most 100 paths"),
     ],
 )
@@ -261,7 +262,7 @@ async def test_hash_fields_paths_are_validated(daemon: Daemon) -> None:
     body = {"name": "x", "source": {"url": "http://h/x"}, "hash_fields": ["ok", "", "a..b", 3]}
     with pytest.raises(ValidationError) as info:
         await daemon.create_connector(body)
-    message = "Must be a dotted path (non-empty string)"
+    message = MSG_PATH
     assert info.value.errors == {f"hash_fields.{i}": message for i in (1, 2, 3)}
 
 

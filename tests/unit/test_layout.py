@@ -102,6 +102,7 @@ TOP_LEVEL = {
     "errors",  # syncd's exceptions
     "jsontext",  # JSON text in and out
     "models",  # records and statuses
+    "paths",  # paths into JSON values (dotted or JSON Pointer)
     "plugins",  # the registry of sources and indexers
     "scheduler",  # the scheduler tick
     "api",  # the control API

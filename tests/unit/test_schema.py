@@ -12,6 +12,7 @@ import pytest
 from pydantic import BaseModel, ConfigDict, Field
 
 from syncd.errors import ValidationError
+from syncd.paths import MSG_PATH
 from syncd.plugins import IndexerKind, Registry, SourceKind
 from syncd.schema import (
     CursorPagination,
@@ -146,27 +147,27 @@ def test_unknown_keys_of_every_builtin_kind(
             {"type": "offset", "limit": "5", "offset_param": "", "limit_param": 3},
             {
                 "source.pagination.limit": "Must be an integer between 1 and 1000000",
-                "source.pagination.offset_param": "Must be a non-empty string",
-                "source.pagination.limit_param": "Must be a non-empty string",
+                "source.pagination.offset_param": MSG_PATH,
+                "source.pagination.limit_param": MSG_PATH,
             },
         ),
         (
             {"type": "page", "start": 1.5, "page_param": None},
             {
                 "source.pagination.start": "Must be an integer between 0 and 1000000000",
-                "source.pagination.page_param": "Must be a non-empty string",
+                "source.pagination.page_param": MSG_PATH,
             },
         ),
         (
             {"cursor_param": "", "next_cursor": "a."},
             {
                 "source.pagination.cursor_param": "Must be a non-empty string",
-                "source.pagination.next_cursor": "Must be a dotted path (non-empty string)",
+                "source.pagination.next_cursor": MSG_PATH,
             },
         ),
         (
             {"type": "next_url", "next_url": ""},
-            {"source.pagination.next_url": "Must be a dotted path (non-empty string)"},
+            {"source.pagination.next_url": MSG_PATH},
         ),
         (
             {"type": "scroll"},
@@ -187,20 +188,26 @@ def test_pagination_errors_name_the_style_key(pagination: Any, errors: dict[str,
 
 def test_model_defaults_are_the_runtime_defaults() -> None:
     """The defaults the JSON Schema shows are the ones a crawl applies."""
+    cursor = CursorPagination()
     assert runtime.build_pagination({"type": "cursor"}) == runtime.CursorPagination(
-        cursor_param=CursorPagination().cursor_param,
-        next_cursor_path=CursorPagination().next_cursor,
+        cursor_param=cursor.cursor_param,
+        where=cursor.in_,
+        next_cursor=cursor.next_cursor,
+        next_from=cursor.next_from,
     )
     assert runtime.build_pagination({"type": "next_url"}) == runtime.NextUrlPagination(
         next_url_path=NextUrlPagination(type="next_url").next_url
     )
     offset = OffsetPagination(type="offset")
     assert runtime.build_pagination({"type": "offset"}) == runtime.OffsetPagination(
-        offset.offset_param, offset.limit_param, offset.limit
+        offset_param=offset.offset_param,
+        limit_param=offset.limit_param,
+        limit=offset.limit,
+        where=offset.in_,
     )
     page = PagePagination(type="page")
     assert runtime.build_pagination({"type": "page"}) == runtime.PagePagination(
-        page.page_param, page.start
+        page_param=page.page_param, start=page.start, where=page.in_, size_param=page.size_param
     )
 
 

@@ -1,0 +1,70 @@
+"""Incremental marks as real APIs take them (DESIGN.md §8, "Real APIs"): the high-water value
+of the incremental field, moved back by a lookback (``lag``) and written in the format the API
+expects. Pure: no I/O, no clock.
+
+The mark is stored as the records hold it; only what is sent is converted. Converting (a
+format other than ``as_stored``, or a ``lag``) reads the mark as a time: ISO 8601 text
+(``Z``, ``+00:00`` and ``+0000`` offsets; no offset means UTC), or Unix time as a number or
+numeric text — seconds, or milliseconds when its magnitude is 10^11 or more (a date after
+the year 5000 in seconds, before 1973 in milliseconds).
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+__all__ = ["as_time", "mark_value"]
+
+_MS_FROM = 1e11
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            number = float(value)
+        except ValueError:
+            return None
+        return number if math.isfinite(number) else None
+    return None
+
+
+def as_time(value: Any) -> datetime:
+    """The mark as an aware UTC time (``ValueError`` when it is none)."""
+    number = _number(value)
+    if number is not None:
+        seconds = number / 1000 if abs(number) >= _MS_FROM else number
+        return datetime.fromtimestamp(seconds, UTC)
+    if isinstance(value, str):
+        parsed = datetime.fromisoformat(value.strip())
+        return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+    raise ValueError(f"not a time: {value!r}")
+
+
+def mark_value(value: Any, fmt: str = "as_stored", lag: float = 0.0) -> Any:
+    """What to send for the stored mark ``value``: a string or a number.
+
+    ``ValueError`` when the conversion needs a time and ``value`` is none.
+    """
+    if fmt == "as_stored" and not lag:
+        return value
+    number = _number(value)
+    if fmt == "as_stored" and number is not None and not isinstance(value, str):
+        # A numeric mark keeps its unit: milliseconds stay milliseconds.
+        step = lag * 1000 if abs(number) >= _MS_FROM else lag
+        shifted = number - step
+        return int(shifted) if isinstance(value, int) and shifted.is_integer() else shifted
+    when = as_time(value) - timedelta(seconds=lag)
+    if fmt == "unix":
+        return math.floor(when.timestamp())
+    if fmt == "unix_ms":
+        return math.floor(when.timestamp() * 1000)
+    if fmt in ("iso8601", "as_stored"):
+        text = when.strftime("%Y-%m-%dT%H:%M:%S")
+        return text + (f".{when.microsecond:06d}Z" if when.microsecond else "Z")
+    return when.strftime(fmt)
