@@ -323,11 +323,26 @@ class DocumentInput(NamedTuple):
 
 
 @dataclass(frozen=True)
+class DocumentFields:
+    """The shape of a document (DESIGN.md §7): what a connector's ``document`` mapping reads
+    from the record. Every indexer receives it beside the payload; a field the mapping does
+    not name, or that the record lacks, is ``None``."""
+
+    title: str | None = None
+    text: str | None = None
+    url: str | None = None
+    updated_at: str | None = None
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Document:
     """A document as kept in the store. ``payload`` is ``None`` unless it was asked for.
 
     ``payload_json`` is the stored JSON text of the payload (with ``payload``): the API
-    embeds it as it is, so that nothing is lost to a re-encoding.
+    embeds it as it is, so that nothing is lost to a re-encoding. ``fields`` is the
+    document's shape (DESIGN.md §7) as the connector's ``document`` mapping reads it from the
+    payload, set for the indexer that receives it; ``None`` without a mapping.
     """
 
     connector_id: str
@@ -344,6 +359,7 @@ class Document:
     lease_until: datetime | None = None
     payload_json: str | None = field(default=None, compare=False, repr=False)
     op: DocOp = DocOp.INDEX
+    fields: DocumentFields | None = field(default=None, compare=False)
 
 
 def utcnow() -> datetime:

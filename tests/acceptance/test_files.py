@@ -179,8 +179,9 @@ async def test_preview_of_a_file_and_of_a_connector(harness: Harness, source: So
     lines = shown.stdout.splitlines()
     assert lines[0] == f"GET {source.items_url}?limit=10&since=2024-01-01"
     assert lines[1] == "page 1: 10 records, 10 ids; next cursor: page-1"
-    assert lines[2].startswith("  ids 10: item-00000, item-00001, ")
-    assert lines[3] == "page 2: 10 records, 10 ids; next cursor: page-2"
+    assert lines[2] == "  continues: next cursor at 'next_cursor'"
+    assert lines[3].startswith("  ids 10: item-00000, item-00001, ")
+    assert lines[4] == "page 2: 10 records, 10 ids; next cursor: page-2"
     answer = (await harness.cli("preview", str(path), "--json")).json
     assert [p["ids"] for p in answer["pages"]] == [[f"item-{i:05d}" for i in range(10)]]
     assert (await harness.api.ok("GET", "/connectors"))["data"] == []  # nothing stored
@@ -198,15 +199,18 @@ async def test_preview_of_a_file_and_of_a_connector(harness: Harness, source: So
     assert shown.code == 0, shown.stderr
     assert shown.stdout.splitlines()[1:] == [
         "page 1: 10 records, 9 ids, 1 rejected; next cursor: page-1",
+        "  continues: next cursor at 'next_cursor'",
         "  new 0",
         "  changed 1: item-00000",
         "  unchanged 8",
         "  rejected record 1: id field 'id' is missing",
         "page 2: 10 records, 10 ids; next cursor: page-2",
+        "  continues: next cursor at 'next_cursor'",
         "  new 0",
         "  changed 0",
         "  unchanged 10",
         "page 3: 6 records, 6 ids; next cursor: -",
+        "  ends: no next cursor at 'next_cursor'",
         "  new 1: item-00025",
         "  changed 0",
         "  unchanged 5",
