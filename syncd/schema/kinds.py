@@ -27,7 +27,6 @@ from pydantic import (
 )
 from pydantic import ValidationError as PydanticError
 from pydantic_core import CoreSchema
-from typing_extensions import TypeAliasType
 
 from syncd.paths import path_problem
 from syncd.schema.fields import (
@@ -44,7 +43,6 @@ from syncd.schema.fields import (
     MaxPages,
     NonEmptyText,
     Params,
-    RefText,
     Start,
     StatusCode,
     TimeoutSeconds,
@@ -341,7 +339,7 @@ PAGINATION_MODELS: tuple[type[KindConfig], ...] = (
 # --- the http source ---------------------------------------------------------------------
 
 _FAIL_WHEN_MAX = 10
-_BODY_DEPTH_MAX = 32
+_BODY_DEPTH_MAX = 6
 
 
 def _json_body(value: Any) -> Any:
@@ -357,7 +355,7 @@ def _json_body(value: Any) -> Any:
 def _check_json(value: Any, at: tuple[str | int, ...], problems: list[Any]) -> None:
     # What a store keeps and a request sends: JSON without NUL, finite numbers, references
     # that can be resolved.
-    if len(at) > _BODY_DEPTH_MAX:
+    if isinstance(value, Mapping | list) and len(at) >= _BODY_DEPTH_MAX:
         problems.append((at, f"Must nest at most {_BODY_DEPTH_MAX} levels"))
     elif isinstance(value, str):
         if "\x00" in value:
@@ -376,12 +374,35 @@ def _check_json(value: Any, at: tuple[str | int, ...], problems: list[Any]) -> N
         problems.append((at, "Must be a JSON value"))
 
 
-JsonValue = TypeAliasType(
-    "JsonValue",
-    "RefText | int | float | bool | list[JsonValue] | dict[str, JsonValue] | None",
-)
-"""Any JSON value whose strings hold no NUL and only references that can be resolved."""
-JsonBody = Annotated[dict[str, JsonValue], BeforeValidator(_json_body)]
+def _json_schema(depth: int) -> dict[str, Any]:
+    """The JSON Schema of a body value ``depth`` levels deep: what :func:`_check_json`
+    accepts, written out level by level (a recursive ``$ref`` is more than some OpenAPI
+    tools can read)."""
+    scalars: list[dict[str, Any]] = [
+        {"type": "string", "pattern": ref_pattern()},
+        {"type": "number"},
+        {"type": "boolean"},
+        {"type": "null"},
+    ]
+    if depth >= _BODY_DEPTH_MAX:
+        return {"anyOf": scalars}
+    inner = _json_schema(depth + 1)
+    return {
+        "anyOf": [
+            *scalars,
+            {"type": "array", "items": inner},
+            {"type": "object", "additionalProperties": inner},
+        ]
+    }
+
+
+JsonBody = Annotated[
+    dict[str, Any],
+    BeforeValidator(_json_body),
+    WithJsonSchema({"type": "object", "additionalProperties": _json_schema(1)}),
+]
+"""A request's JSON body: an object whose strings hold no NUL and only references that can be
+resolved, nested at most :data:`_BODY_DEPTH_MAX` levels."""
 
 
 class FailWhen(KindConfig):
