@@ -13,7 +13,9 @@ from typing import Any
 
 import pytest
 
-from syncd import cli
+from syncd.cli.io import Streams
+from syncd.cli.main import execute
+from syncd.cli.parser import build_parser
 from syncd.sources.secrets import REDACTED as M
 from tests.unit.test_cli import editor, kept_files
 
@@ -196,9 +198,9 @@ async def test_the_events_stream_shows_the_same_shape(api: Api) -> None:
 
 async def _syncd(harness: Harness, *argv: str, environ: dict[str, str] | None = None) -> Any:
     out, err = io.StringIO(), io.StringIO()
-    args = cli.build_parser().parse_args([*argv, "--url", str(harness.daemon.api_address)])
-    streams = cli.Streams(io.StringIO(), out, err)
-    code = await cli.execute(args, streams=streams, environ=environ or {})
+    args = build_parser().parse_args([*argv, "--url", str(harness.daemon.api_address)])
+    streams = Streams(io.StringIO(), out, err)
+    code = await execute(args, streams=streams, environ=environ or {})
     return code, out.getvalue(), err.getvalue()
 
 
