@@ -63,7 +63,7 @@ STATEFUL_STEPS = 12
 # fuzzer waits on them until its timeout. Tested in their own module.
 STREAMS = frozenset({"events"})
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = pytest.mark.timeout(600)  # minutes on a loaded two-core machine
 
 
 # --- loopback only ----------------------------------------------------------------------

@@ -336,10 +336,11 @@ async def test_a_waiting_run_shows_what_it_waits_for(dashboard: Dashboard, page:
         await d.daemon.trigger_sync(connector_id)
         await d.daemon.wait_connector(connector_id, lambda c: c.waiting is not None)
         row = page.locator(f"#connectors tr[data-id='{connector_id}']")
-        await expect(row.locator("[data-k=sync]")).to_contain_text("waiting: retry_after")
+        # A 429 with Retry-After holds every request to the host (DESIGN.md §8).
+        await expect(row.locator("[data-k=sync]")).to_contain_text("waiting: host_cooldown")
         await expect(row.locator("[data-k=sync]")).to_contain_text(re.compile(r"until in \d+ s"))
         await row.locator("[data-k=name] a").click()
-        await expect(page.locator("#c-waiting")).to_contain_text("retry_after until in")
+        await expect(page.locator("#c-waiting")).to_contain_text("host_cooldown until in")
         await page.locator("#act-abort").click()
         await expect(page.locator("#c-sync")).to_have_text("idle")
         await expect(page.locator("#c-waiting")).to_have_text("—")

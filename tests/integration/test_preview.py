@@ -76,6 +76,8 @@ async def test_preview_of_a_body_fetches_pages_and_stores_nothing(
         "ids": [f"item-{i:05d}" for i in range(10) if i != 3],
         "rejected": [{"index": 3, "reason": "id field 'id' is missing"}],
         "next_cursor": "page-1",
+        "reason": "next cursor at 'next_cursor'",
+        "warnings": [],
     }
     assert (second["records"], second["next_cursor"]) == (10, "page-2")
     assert second["ids"] == [f"item-{i:05d}" for i in range(10, 20)]
