@@ -31,7 +31,12 @@ from pydantic import BaseModel
 from syncd.errors import ConfigError
 from syncd.indexers.base import Indexer, IndexerContext, IndexerFactory
 from syncd.models import Connector
-from syncd.schema.kinds import HttpSourceConfig, StoreIndexerConfig, WebhookIndexerConfig
+from syncd.schema.kinds import (
+    HttpSourceConfig,
+    OpenSearchIndexerConfig,
+    StoreIndexerConfig,
+    WebhookIndexerConfig,
+)
 from syncd.sources.base import SourceFactory
 from syncd.sources.secrets import connector_secrets
 
@@ -130,6 +135,7 @@ def builtin_source_kinds() -> list[SourceKind]:
 
 def builtin_indexer_kinds() -> list[IndexerKind]:
     """The built-in indexer kinds."""
+    from syncd.indexers.opensearch import OpenSearchIndexer, opensearch_secrets
     from syncd.indexers.store import StoreIndexer
     from syncd.indexers.webhook import WebhookIndexer
 
@@ -144,6 +150,13 @@ def builtin_indexer_kinds() -> list[IndexerKind]:
         ),
         IndexerKind(
             "webhook", WebhookIndexer, config_model=WebhookIndexerConfig, supports_delete=True
+        ),
+        IndexerKind(
+            "opensearch",
+            OpenSearchIndexer,
+            config_model=OpenSearchIndexerConfig,
+            secrets=opensearch_secrets,
+            supports_delete=True,
         ),
     ]
 
@@ -161,8 +174,8 @@ class Registry:
 
     @classmethod
     def builtin(cls) -> Registry:
-        """A registry of the built-in kinds: the ``http`` source, the ``store`` and
-        ``webhook`` indexers."""
+        """A registry of the built-in kinds: the ``http`` source, the ``store``, ``webhook``
+        and ``opensearch`` indexers."""
         return cls(builtin_source_kinds(), builtin_indexer_kinds())
 
     def register_source(self, name: str, plugin: SourceKind | SourceFactory) -> None:

@@ -1,4 +1,5 @@
-"""Indexers: the plugin protocol and the built-in ``store`` and ``webhook`` indexers."""
+"""Indexers: the plugin protocol and the built-in ``store``, ``webhook`` and ``opensearch``
+indexers."""
 
 from __future__ import annotations
 
@@ -11,10 +12,15 @@ from syncd.indexers.base import (
     IndexerContext,
     IndexerFactory,
 )
+from syncd.indexers.opensearch import OpenSearchIndexer
 from syncd.indexers.store import StoreIndexer
 from syncd.indexers.webhook import WebhookIndexer
 
-BUILTIN_INDEXERS: dict[str, IndexerFactory] = {"store": StoreIndexer, "webhook": WebhookIndexer}
+BUILTIN_INDEXERS: dict[str, IndexerFactory] = {
+    "store": StoreIndexer,
+    "webhook": WebhookIndexer,
+    "opensearch": OpenSearchIndexer,
+}
 
 __all__ = [
     "BUILTIN_INDEXERS",
