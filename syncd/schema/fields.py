@@ -251,6 +251,12 @@ def _non_empty(value: Any) -> Any:
     return value
 
 
+def _header_name(value: Any) -> Any:
+    if not isinstance(value, str) or not _HEADER_NAME.fullmatch(value):
+        fail("Invalid header name")
+    return value
+
+
 def _headers(value: Any) -> Any:
     if not isinstance(value, Mapping):
         fail(MSG_NOT_OBJECT)
@@ -394,16 +400,6 @@ HashFields = Annotated[
     BeforeValidator(_hash_fields),
 ]
 """A connector's ``hash_fields``: null, or 1 to 100 paths."""
-
-
-def _header_name(value: Any) -> Any:
-    if not isinstance(value, str):
-        fail(MSG_STRING)
-    if not _HEADER_NAME.fullmatch(value):
-        fail("Invalid header name")
-    return value
-
-
 HeaderName = Annotated[str, BeforeValidator(_header_name), _pattern(HEADER_NAME_PATTERN)]
 HeaderValue = Annotated[str, _pattern(ref_pattern("\\r\\n"))]
 Headers = Annotated[dict[HeaderName, HeaderValue], BeforeValidator(_headers)]

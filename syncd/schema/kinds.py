@@ -583,11 +583,8 @@ def _auth_schema() -> dict[str, Any]:
             style(
                 "basic",
                 {
-                    "username": {
-                        "type": "string",
-                        "pattern": "^[^:\\r\\n\\u0000]+$",
-                        **unmasked,
-                    },
+                    # No ':' but the one opening a reference (``${env:JIRA_EMAIL}``).
+                    "username": {**text, "pattern": ref_pattern(":\\r\\n")},
                     "password": text,
                 },
             ),

@@ -28,6 +28,8 @@ _RESERVED_FORM = frozenset(
     {"grant_type", "refresh_token", "scope", "audience", "client_id", "client_secret"}
 )
 _HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+# The opening of a reference, whose colon is no part of the value (``${env:JIRA_EMAIL}``).
+_REF_OPENING = re.compile(r"\$\{(?:env|file):")
 # A token is renewed 30 s before it expires, or 10 % of its lifetime if that is shorter.
 # Answers show masked values as "***" (secrets.shown_auth): sent back (a GET body PATCHed as it
 # was), the mask would replace the secret. Refused, as ``syncd edit`` refuses it.
@@ -62,7 +64,8 @@ def validate_auth(auth: Any) -> dict[str, str]:
             errors[f"{where}.name"] = "Must be a name, not a reference"
         elif auth["in"] == "header" and not _HEADER_NAME.fullmatch(auth["name"]):
             errors[f"{where}.name"] = "Invalid header name"
-    elif kind == "basic" and ":" in auth["username"]:
+    elif kind == "basic" and ":" in _REF_OPENING.sub("", auth["username"]):
+        # The resolved value is checked again when it is sent (basic_credentials).
         errors[f"{where}.username"] = "Must not contain ':'"
     elif kind == "oauth2":
         _check_oauth2(auth, errors)

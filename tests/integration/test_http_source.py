@@ -406,6 +406,16 @@ REF_HELP = "use ${env:NAME} or ${file:/path}"
         ({**U, "headers": {"A B": "x"}}, "source.headers.A B", "Invalid header name"),
         ({**U, "headers": {"A": "x\r\nB: y"}}, "source.headers.A", "Must not contain line breaks"),
         (
+            {**U, "pagination": {"type": "offset", "total_header": "X Total"}},
+            "source.pagination.total_header",
+            "Invalid header name",
+        ),
+        (
+            {**U, "pagination": {"type": "page", "total_pages_header": "X-WP-TotalPages:"}},
+            "source.pagination.total_pages_header",
+            "Invalid header name",
+        ),
+        (
             {**U, "headers": {"A": "${vault:x}"}},
             "source.headers.A",
             f"unsupported reference ${{vault:x}}: {REF_HELP}",

@@ -295,6 +295,24 @@ async def test_basic_auth_replaces_a_configured_authorization_header(
     assert shown["headers"] == {"Accept": MASK, "Authorization": MASK}
 
 
+async def test_a_basic_user_name_may_be_a_reference(
+    api: Api, transport: Transport, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Jira's account email, Zendesk's ``{email}/token``: the reference is resolved per
+    request; a resolved value holding ':' is refused then, naming the key only."""
+    monkeypatch.setenv("SRC_EMAIL", "agent@example.com")
+    auth = {"type": "basic", "username": "${env:SRC_EMAIL}/token", "password": "pw"}
+    src = source(api, transport, auth, cache=TokenCache(), path="/open")
+    await src.fetch_page(None)
+    (seen,) = api.page_requests
+    expected = base64.b64encode(b"agent@example.com/token:pw").decode()
+    assert seen.headers["Authorization"] == f"Basic {expected}"
+    monkeypatch.setenv("SRC_EMAIL", "agent:example")
+    with pytest.raises(SourceError, match=r"^auth\.username: resolved value contains ':'$"):
+        await src.fetch_page(None)
+    assert len(api.page_requests) == 1
+
+
 async def test_api_key_in_a_header(api: Api, transport: Transport) -> None:
     key = canary("key")
     auth = {"type": "api_key", "in": "header", "name": "X-Api-Key", "value": key}
@@ -596,6 +614,13 @@ def test_validate_auth() -> None:
     assert validate_auth({"type": "bearer", "token": "t", "x": 1}) == {
         "source.auth.x": "Unknown field for auth type 'bearer'"
     }
+    # A reference's own colon is no ':' in the user name; one outside it, or in it, is.
+    for username in ("${env:JIRA_EMAIL}", "${env:ZENDESK_EMAIL}/token", "${file:/run/user}"):
+        assert validate_auth({"type": "basic", "username": username, "password": "p"}) == {}
+    for username in ("a:b", "${env:A}:x", "${env:A:B}"):
+        assert validate_auth({"type": "basic", "username": username, "password": "p"}) == {
+            "source.auth.username": "Must not contain ':'"
+        }
     assert validate_auth({"type": "basic", "username": "a:b", "password": "${vault:x}"}) == {
         "source.auth.password": "unsupported reference ${vault:x}: use ${env:NAME} or ${file:/path}"
     }

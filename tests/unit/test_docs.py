@@ -12,6 +12,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 DOCS = ROOT / "docs"
+RECIPES = DOCS / "recipes"
 PAGES = [README, *sorted(DOCS.glob("*.md"))]
 
 _FENCE = re.compile(r"^(```|~~~).*?^\1[ \t]*$", re.M | re.S)
@@ -106,3 +107,23 @@ def test_the_readme_stays_short_and_keeps_the_two_commands() -> None:
     assert len(text.splitlines()) <= 300, "the README is the way in: move detail into docs/"
     assert "```sh\npython3 -m pip install -e . && syncd run --config config.toml\n```" in text
     assert "```sh\n./tests/run\n```" in text
+
+
+_EMBEDDED = re.compile(
+    r"^\[`docs/recipes/([\w-]+\.json)`\]\(recipes/\1\):\n\n```json\n(.*?)^```[ \t]*$", re.M | re.S
+)
+
+
+def test_recipes_md_embeds_every_recipe_file_verbatim() -> None:
+    """Each connector file of ``docs/recipes/`` appears once in docs/recipes.md, under its
+    link, exactly as the file holds it (tests/integration/realapis/test_recipes.py runs the
+    files)."""
+    text = (DOCS / "recipes.md").read_text(encoding="utf-8")
+    embedded = _EMBEDDED.findall(text)
+    names = [name for name, _ in embedded]
+    files = {p.name: p.read_text(encoding="utf-8") for p in RECIPES.glob("*.json")}
+    assert len(files) == 10
+    assert sorted(names) == sorted(files), "every recipe embedded, each once"
+    assert text.count("```json") == len(embedded), "no other JSON block to drift"
+    for name, block in embedded:
+        assert block == files[name], f"docs/recipes.md differs from docs/recipes/{name}"

@@ -45,6 +45,9 @@ Behaviour:
   ``must_not``). Every matching document scores 1.0; a field sort reports ``_score: null``.
 - Every response carries ``X-elastic-product: Elasticsearch`` (official 8.x clients check it).
 
+Tests can make requests fail (:meth:`ElasticsearchServer.fail_next`, a stand-in for an
+outage): answered with Elasticsearch's error shape.
+
 Not modelled: point in time (``pit``), scroll, aggregations, ``q=`` query strings (answered
 400), relevance scoring, ``missing``/``unmapped_type`` in sorts.
 """
@@ -65,6 +68,8 @@ from typing import Any
 
 from aiohttp import web
 from multidict import CIMultiDict
+
+from tests.integration.realapis.faults import Faults
 
 __all__ = ["ElasticsearchServer", "RecordedRequest", "make_documents"]
 
@@ -223,6 +228,7 @@ class ElasticsearchServer:
         self.api_key = api_key
         self.max_result_window = max_result_window
         self.requests: list[RecordedRequest] = []
+        self._faults = Faults()
         self._records: list[dict[str, Any]] = []
         self.set_records(records)
         self._runner: web.AppRunner | None = None
@@ -322,6 +328,11 @@ class ElasticsearchServer:
             touched.append(dict(document))
         return touched
 
+    def fail_next(self, status: int = 500, times: int = 1, *, after: int = 0) -> None:
+        """A test hook, no part of the API: answer ``times`` requests with ``status`` and
+        Elasticsearch's error shape, after serving the next ``after`` (see :mod:`.faults`)."""
+        self._faults.arm(status, times, after=after)
+
     def _latest(self) -> datetime:
         stamps = [_parse_millis(r["updated_at"], "updated_at") for r in self._records]
         stamps += [_parse_millis(r["created_at"], "created_at") for r in self._records]
@@ -347,6 +358,8 @@ class ElasticsearchServer:
         if (denied := self._authenticate(request)) is not None:
             return denied
         try:
+            if (status := self._faults.take()) is not None:
+                raise _SearchError(status, "exception", "Internal error (scripted).")
             included = self._check_target(request.match_info.get("index"))
             if parse_failure is not None:
                 raise _SearchError(400, "x_content_parse_exception", parse_failure)

@@ -42,6 +42,9 @@ default). Left out: other JQL, ``expand``, ``properties``, changelogs, the appro
 count endpoint, ``reconcileIssues`` and the eventual consistency of ``/search/jql`` (here
 it sees every change at once; a ``nextPageToken`` continues only the JQL that issued it),
 rate limiting.
+
+Tests can make requests fail (:meth:`JiraServer.fail_next`, a stand-in for an outage):
+answered with Jira's ``{"errorMessages", "errors"}`` shape.
 """
 
 from __future__ import annotations
@@ -56,6 +59,8 @@ from types import TracebackType
 from typing import Any
 
 from aiohttp import web
+
+from tests.integration.realapis.faults import Faults
 
 __all__ = ["JiraServer", "JqlError", "RecordedRequest", "parse_jql"]
 
@@ -272,6 +277,7 @@ class JiraServer:
         self._issues: list[dict[str, Any]] = []
         self._clock = BASE_TIME - timedelta(minutes=1)
         self._tokens: dict[str, tuple[str, int]] = {}  # nextPageToken -> (jql, offset)
+        self._faults = Faults()
         self._runner: web.AppRunner | None = None
         self._port = 0
         self.add(records)
@@ -362,6 +368,11 @@ class JiraServer:
         issue["fields"]["updated"] = self._clock
         return self._shown(issue, None)
 
+    def fail_next(self, status: int = 500, times: int = 1, *, after: int = 0) -> None:
+        """A test hook, no part of the API: answer ``times`` requests with ``status`` and
+        Jira's error shape, after serving the next ``after`` (see :mod:`.faults`)."""
+        self._faults.arm(status, times, after=after)
+
     def _shown(self, issue: Mapping[str, Any], wanted: set[str] | None) -> dict[str, Any]:
         fields = {
             name: jira_time(value) if isinstance(value, datetime) else _copy(value)
@@ -391,13 +402,15 @@ class JiraServer:
                 request.method, request.path, dict(request.query), dict(request.headers), body
             )
         )
+        if (status := self._faults.take()) is not None:
+            raise _Refused(status, "Internal server error (scripted).")
         if request.method == "POST":
             return body if isinstance(body, dict) else {}
         return dict(request.query)
 
     async def _search(self, request: web.Request) -> web.StreamResponse:
-        params = await self._record(request)
         try:
+            params = await self._record(request)
             if self.search_removed:
                 raise _Refused(410, _REMOVED)
             anonymous = self._authenticate(request)
@@ -420,8 +433,8 @@ class JiraServer:
         )
 
     async def _search_jql(self, request: web.Request) -> web.StreamResponse:
-        params = await self._record(request)
         try:
+            params = await self._record(request)
             anonymous = self._authenticate(request)
             asked = _number(params.get("maxResults", 50), "maxResults")
             jql = str(params.get("jql") or "")

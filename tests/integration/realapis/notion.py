@@ -32,6 +32,10 @@ are written in Notion's style (``body failed validation: body.page_size should b
 `100`, instead was `101`.``); a ``page_size`` above 100 is refused, not clamped, as
 Notion is reported to answer it. A null ``start_cursor`` / ``page_size`` is read as absent.
 
+Tests can make requests fail (:meth:`NotionServer.fail_next`, a stand-in for an outage):
+answered with Notion's error object, code ``internal_server_error`` (``service_unavailable``
+for 502-504).
+
 Left out: property filters other than on the title property ``Name`` (answered 400
 ``validation_error`` saying so), ``filter_properties``, the 2025-09-03 data-source API,
 rate limiting (429 ``rate_limited``), databases other than the one served.
@@ -51,6 +55,8 @@ from types import TracebackType
 from typing import Any
 
 from aiohttp import web
+
+from tests.integration.realapis.faults import Faults
 
 __all__ = ["NotionServer", "RecordedRequest", "page_id"]
 
@@ -119,6 +125,7 @@ class NotionServer:
         self._pages: list[dict[str, Any]] = []  # creation order
         self._clock = BASE_TIME - timedelta(minutes=1)
         self._request_ids = itertools.count(1)
+        self._faults = Faults()
         self._runner: web.AppRunner | None = None
         self._port = 0
         self.add(records)
@@ -208,6 +215,11 @@ class NotionServer:
             found["properties"]["Name"] = _title(title)
         return json.loads(json.dumps(found))  # type: ignore[no-any-return]
 
+    def fail_next(self, status: int = 500, times: int = 1, *, after: int = 0) -> None:
+        """A test hook, no part of the API: answer ``times`` requests with ``status`` and
+        Notion's error object, after serving the next ``after`` (see :mod:`.faults`)."""
+        self._faults.arm(status, times, after=after)
+
     # --- handler ----------------------------------------------------------------------
 
     async def _query(self, request: web.Request) -> web.StreamResponse:
@@ -224,6 +236,10 @@ class NotionServer:
         )
         request_id = str(uuid.UUID(int=next(self._request_ids)))
         try:
+            if (status := self._faults.take()) is not None:
+                unavailable = status in (502, 503, 504)
+                code = "service_unavailable" if unavailable else "internal_server_error"
+                raise _Refused(status, code, "Unexpected error occurred (scripted).")
             answer = self._answer(request, body, decoded)
         except _Refused as refused:
             error = {

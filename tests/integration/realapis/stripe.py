@@ -26,6 +26,9 @@ cap (none of the pages read says how Stripe answers it); an unknown ``starting_a
 naming that parameter; unknown parameters are refused (``Received unknown parameter``), as
 Stripe does.
 
+Tests can make requests fail (:meth:`StripeServer.fail_next`, a stand-in for an outage):
+answered with Stripe's ``api_error`` shape.
+
 Left out: other list endpoints, ``expand`` (accepted, ignored), ``test_clock`` (accepted,
 ignored), search endpoints (``next_page``), rate limiting, idempotency, ``Stripe-Version``.
 """
@@ -41,6 +44,8 @@ from types import TracebackType
 from typing import Any
 
 from aiohttp import web
+
+from tests.integration.realapis.faults import Faults
 
 __all__ = ["RecordedRequest", "StripeServer", "customer_id"]
 
@@ -104,6 +109,7 @@ class StripeServer:
         self._customers: list[dict[str, Any]] = []  # oldest first
         self._next_index = 0
         self._request_ids = itertools.count(1)
+        self._faults = Faults()
         self._runner: web.AppRunner | None = None
         self._port = 0
         if isinstance(records, int):
@@ -183,6 +189,11 @@ class StripeServer:
         """Delete a customer: it is no longer listed."""
         self._customers.remove(self._find(customer))
 
+    def fail_next(self, status: int = 500, times: int = 1, *, after: int = 0) -> None:
+        """A test hook, no part of the API: answer ``times`` requests with ``status`` and
+        Stripe's ``api_error``, after serving the next ``after`` (see :mod:`.faults`)."""
+        self._faults.arm(status, times, after=after)
+
     def _find(self, customer: str) -> dict[str, Any]:
         for c in self._customers:
             if c["id"] == customer:
@@ -198,6 +209,9 @@ class StripeServer:
             )
         )
         headers = {"Request-Id": f"req_fixture{next(self._request_ids):06d}"}
+        if (status := self._faults.take()) is not None:
+            error = {"type": "api_error", "message": "An unknown error occurred (scripted)."}
+            return web.json_response({"error": error}, status=status, headers=headers)
         try:
             self._authenticate(request.headers.get("Authorization", ""))
             body = self._page(request)
