@@ -345,6 +345,15 @@ PAGINATION_MODELS: tuple[type[KindConfig], ...] = (
 # --- the http source ---------------------------------------------------------------------
 
 _FAIL_WHEN_MAX = 10
+# A stored config is JSON written by orjson, whose integers are 64-bit: numbers in a body (and
+# an `equals`) stay within that range, floats alike, so that the schema can say it.
+_NUMBER_MAX = 2**63 - 1
+_MSG_NUMBER = f"Must be a finite number between {-_NUMBER_MAX} and {_NUMBER_MAX}"
+_NUMBER_SCHEMA: dict[str, Any] = {
+    "type": "number",
+    "minimum": -_NUMBER_MAX,
+    "maximum": _NUMBER_MAX,
+}
 _BODY_DEPTH_MAX = 6
 
 
@@ -368,8 +377,9 @@ def _check_json(value: Any, at: tuple[str | int, ...], problems: list[Any]) -> N
             problems.append((at, "Must not contain NUL"))
         elif problem := ref_problem(value):
             problems.append((at, problem))
-    elif isinstance(value, float) and not math.isfinite(value):
-        problems.append((at, "Must be a finite number"))
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        if not (math.isfinite(value) and -_NUMBER_MAX <= value <= _NUMBER_MAX):
+            problems.append((at, _MSG_NUMBER))
     elif isinstance(value, Mapping):
         for key, item in value.items():
             _check_json(item, (*at, str(key)), problems)
@@ -386,7 +396,7 @@ def _json_schema(depth: int) -> dict[str, Any]:
     tools can read)."""
     scalars: list[dict[str, Any]] = [
         {"type": "string", "pattern": ref_pattern()},
-        {"type": "number"},
+        _NUMBER_SCHEMA,
         {"type": "boolean"},
         {"type": "null"},
     ]
@@ -411,13 +421,34 @@ JsonBody = Annotated[
 resolved, nested at most :data:`_BODY_DEPTH_MAX` levels."""
 
 
+def _scalar(value: Any) -> Any:
+    problems: list[Any] = []
+    if isinstance(value, Mapping | list):
+        fail("Must be a string, number, boolean or null")
+    _check_json(value, (), problems)
+    if problems:
+        fail(problems[0][1])
+    return value
+
+
+_SCALAR_SCHEMA: dict[str, Any] = {
+    "anyOf": [
+        {"type": "string", "pattern": ref_pattern()},
+        _NUMBER_SCHEMA,
+        {"type": "boolean"},
+        {"type": "null"},
+    ]
+}
+
+
 class FailWhen(KindConfig):
     """A condition on the response body that fails the page: the value at `path` equals
     `equals`, or, without `equals`, is present and not null, false or empty."""
 
     path: FieldPath = Field(description="Path in the response body.", examples=["ok", "errors"])
-    equals: Any = absent(
-        description="The value that means an error (any JSON value).", examples=[False]
+    equals: Annotated[Any, BeforeValidator(_scalar), WithJsonSchema(_SCALAR_SCHEMA)] = absent(
+        description="The value that means an error: a string, number, boolean or null.",
+        examples=[False],
     )
     message: FieldPath = absent(
         description="Path of the error's text, quoted in the run's error.",
