@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from syncd import cli
+from syncd.cli import entry as cli
 from syncd.sources.secrets import REDACTED as M
 from tests.unit.test_cli import editor, kept_files
 
