@@ -17,7 +17,8 @@ from aiohttp import web
 
 from syncd.api.openapi import CURSOR_MAX_LENGTH
 from syncd.errors import NotFound, ValidationError
-from syncd.schema.spec import MSG_NOT_OBJECT, text_problem
+from syncd.schema.fields import MSG_NOT_OBJECT
+from syncd.schema.spec import text_problem
 from syncd.service.operations import ConnectorService, encode_cursor
 
 SERVICE: web.AppKey[ConnectorService] = web.AppKey("syncd.service")
