@@ -43,7 +43,7 @@ from syncd.models import (
     new_id,
     utcnow,
 )
-from syncd.observability.logs import redact, register_secret
+from syncd.observability.logs import describe_error, register_secret
 from syncd.observability.metrics import Metrics
 from syncd.pipeline.prepare import Preparer
 from syncd.plugins import Registry
@@ -240,7 +240,7 @@ class SyncEngine:
                 log.warning("sync.abort_unwind_error", error=str(exc))
             else:
                 log.error("sync.failed", error=str(exc), exc_type=type(exc).__name__)
-                await self._end(handle, RunOutcome.FAILED, _describe(exc))
+                await self._end(handle, RunOutcome.FAILED, describe_error(exc))
         else:
             await self._end(handle, RunOutcome.SUCCEEDED)
         finally:
@@ -639,9 +639,3 @@ def _checkpoint(source: Source) -> Mapping[str, Any]:
         if isinstance(value, Mapping):
             return value
     return {}
-
-
-def _describe(exc: BaseException) -> str:
-    """The error text stored on the run and the connector: never a secret."""
-    text = str(exc) or type(exc).__name__
-    return redact(text if isinstance(exc, SyncdError) else f"{type(exc).__name__}: {text}")

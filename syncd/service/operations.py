@@ -40,7 +40,7 @@ from syncd.models import (
     new_id,
     utcnow,
 )
-from syncd.observability.logs import redact
+from syncd.observability.logs import describe_error
 from syncd.observability.metrics import Metrics
 from syncd.pipeline.engine import SyncEngine
 from syncd.pipeline.inputs import document_inputs
@@ -477,7 +477,7 @@ class ConnectorService:
             return Preview(request, tuple(pages), f"Preview stopped: time limit of {timeout:g} s")
         except Exception as exc:  # any source failure is what the preview found
             log.info("service.preview_failed", connector_id=connector.id, error=str(exc))
-            return Preview(request, tuple(pages), _describe_error(exc))
+            return Preview(request, tuple(pages), describe_error(exc))
         finally:
             deadline.cancel()
         return Preview(request, tuple(pages))
@@ -582,9 +582,3 @@ def _preview_options(body: Mapping[str, Any]) -> tuple[int, float]:
     if errors:
         raise ValidationError(errors)
     return pages, float(timeout)
-
-
-def _describe_error(exc: BaseException) -> str:
-    """A source failure as shown to the client: never a secret."""
-    text = str(exc) or type(exc).__name__
-    return redact(text if isinstance(exc, SyncdError) else f"{type(exc).__name__}: {text}")
