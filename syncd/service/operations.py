@@ -10,8 +10,6 @@ call it. Each operation validates its input, applies a pure state rule through t
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import contextlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -48,6 +46,7 @@ from syncd.plugins import Indexers, Registry
 from syncd.queue.base import WorkQueue
 from syncd.schema import spec
 from syncd.service.changes import ChangeFeed
+from syncd.service.cursors import decode_cursor, encode_cursor
 from syncd.store.base import Store
 
 log = structlog.get_logger("syncd.service.operations")
@@ -57,32 +56,6 @@ MSG_ABORT = "abort"
 MSG_CANCEL_INDEXING = "cancel_indexing"
 MSG_WAKE = "wake"  # a manual trigger was queued: an instance with a free slot may start it
 DELETED_ERROR = "Connector deleted"
-
-_EMPTY_CURSOR = "~"
-
-
-def encode_cursor(value: str) -> str:
-    """An opaque list cursor for ``value``."""
-    if not value:
-        # An empty id (stored by versions that allowed it) still gets a cursor the API takes.
-        return _EMPTY_CURSOR
-    return base64.urlsafe_b64encode(value.encode()).decode().rstrip("=")
-
-
-def decode_cursor(cursor: str | None) -> str | None:
-    """The value behind a cursor from :func:`encode_cursor`; 422 on anything else."""
-    if cursor is None:
-        return None
-    if cursor == _EMPTY_CURSOR:
-        return ""
-    try:
-        padded = (cursor + "=" * (-len(cursor) % 4)).encode()
-        value = base64.b64decode(padded, altchars=b"-_", validate=True).decode()
-    except (binascii.Error, UnicodeDecodeError, ValueError):
-        raise ValidationError({"cursor": "Invalid cursor"}) from None
-    if not value or "\x00" in value:
-        raise ValidationError({"cursor": "Invalid cursor"})
-    return value
 
 
 class ConnectorService:
