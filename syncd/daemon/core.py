@@ -215,7 +215,6 @@ class Daemon:
         cfg = self.config
         notify = self.changes.notify
         self.maintenance = Maintenance(store=self.store, queue=self.queue)
-        rebuild = self.maintenance.request_rebuild
         self.engine = SyncEngine(
             store=self.store,
             queue=self.queue,
@@ -223,8 +222,8 @@ class Daemon:
             registry=self.registry,
             metrics=self.metrics,
             heartbeat_seconds=cfg.sync.heartbeat_seconds,
+            maintenance=self.maintenance,
             on_change=notify,
-            on_push_failed=rebuild,
             max_runs=cfg.sync.max_concurrent_runs,
             pacer=self.pacer,
         )
@@ -249,8 +248,8 @@ class Daemon:
             index_timeout=cfg.workers.index_timeout_seconds,
             lease_seconds=cfg.workers.lease_seconds,
             deleted_retention=timedelta(days=cfg.documents.deleted_retention_days),
+            maintenance=self.maintenance,
             on_change=notify,
-            on_push_failed=rebuild,
             pacer=self.pacer,
         )
         self.scheduler = Scheduler(

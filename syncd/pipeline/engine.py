@@ -28,6 +28,7 @@ from syncd import rules
 from syncd.errors import Aborted, ClientError, Fenced, NotFound, SyncdError
 from syncd.http.paginator import AsyncCursorPaginator, CancelToken
 from syncd.http.transport import Transport
+from syncd.indexing.maintenance import Maintenance
 from syncd.models import (
     ABORTED_ERROR,
     Connector,
@@ -90,8 +91,8 @@ class SyncEngine:
         registry: Registry,
         metrics: Metrics,
         heartbeat_seconds: float = 1.0,
+        maintenance: Maintenance,
         on_change: Notify | None = None,
-        on_push_failed: Callable[[], None] | None = None,
         max_runs: int = 32,
         pacer: Pacer | None = None,
     ) -> None:
@@ -102,7 +103,7 @@ class SyncEngine:
         self._on_change = on_change
         self._metrics = metrics
         self._heartbeat_seconds = heartbeat_seconds
-        self._on_push_failed = on_push_failed
+        self._maintenance = maintenance
         self._runs: dict[str, _Handle] = {}
         # Background steps wait for the API's requests in flight (bounded; see pacing).
         self._pacer = pacer or Pacer()
@@ -264,12 +265,8 @@ class SyncEngine:
             cid, error=ABORTED_ERROR, now=utcnow(), run_id=handle.run_id
         )
         if requeued:
-            try:
+            with self._maintenance.rebuild_on_failure():
                 await self._queue.push(cid, requeued)
-            except SyncdError:
-                if self._on_push_failed is not None:
-                    self._on_push_failed()
-                raise
         resuming = connector.resume_cursor is not None
         # Why this run starts over instead of resuming, recorded on the run with its first
         # page (e.g. a PATCH changed the source).
@@ -368,14 +365,10 @@ class SyncEngine:
             )
             handle.note = None
             if ids and not indexed:
-                try:
+                # Committed as pending: if not queued, the queue is rebuilt from the store, or
+                # a re-sync would leave these unchanged documents unqueued; the run fails.
+                with self._maintenance.rebuild_on_failure():
                     await self._queue.push(cid, ids)
-                except SyncdError:
-                    # Committed as pending but not queued: have the queue rebuilt from the
-                    # store, or a re-sync would leave these unchanged documents unqueued.
-                    if self._on_push_failed is not None:
-                        self._on_push_failed()
-                    raise
             if self._on_change is not None:
                 await self._on_change(cid)
             # On a graceful stop the token is set: the next fetch raises Aborted, but pages
@@ -509,13 +502,8 @@ class SyncEngine:
         if result.deleting:
             log.info("sync.documents_gone", deleting=result.deleting)
         if result.queued:
-            try:
+            with self._maintenance.rebuild_on_failure("sync.delete_push_failed"):
                 await self._queue.push(connector_id, list(result.queued))
-            except SyncdError as exc:
-                # Pending in the store: the rebuild queues them once the queue answers.
-                log.warning("sync.delete_push_failed", error=str(exc))
-                if self._on_push_failed is not None:
-                    self._on_push_failed()
 
     async def _ended(self, handle: _Handle, outcome: RunOutcome) -> None:
         """Observe the run's duration and log its end with its counts, read once from its

@@ -357,12 +357,8 @@ class ConnectorService:
         await self.get_connector(connector_id)
         ids = await self._store.requeue_documents(connector_id, now=utcnow())
         if ids:
-            try:
+            with self._maintenance.rebuild_on_failure("service.requeue_push_failed"):
                 await self._queue.push(connector_id, ids)
-            except SyncdError as exc:
-                # Pending in the store: the rebuild queues them once the queue answers.
-                log.warning("service.requeue_push_failed", error=str(exc))
-                self._maintenance.request_rebuild()
         await self._changes.notify(connector_id)
         return len(ids)
 
@@ -380,12 +376,8 @@ class ConnectorService:
         if result.deleted:
             self._metrics.documents_deleted.inc(result.deleted)
         if result.queued:
-            try:
+            with self._maintenance.rebuild_on_failure("service.delete_push_failed"):
                 await self._queue.push(connector_id, list(result.queued))
-            except SyncdError as exc:
-                # Pending in the store: the rebuild queues them once the queue answers.
-                log.warning("service.delete_push_failed", error=str(exc))
-                self._maintenance.request_rebuild()
         log.info("service.deletions_applied", connector_id=connector_id, deleting=result.deleting)
         await self._changes.notify(connector_id)
         return result.deleting
