@@ -228,9 +228,7 @@ class Daemon:
             pacer=self.pacer,
         )
         indexers = Indexers(
-            self.registry,
-            lambda connector_id: IndexerContext(connector_id, self.transport),
-            lambda source, indexer: self.service.register_secrets(source, indexer),
+            self.registry, lambda connector_id: IndexerContext(connector_id, self.transport)
         )
 
         def deleted(connector_id: str) -> None:

@@ -44,7 +44,7 @@ from syncd.models import (
     new_id,
     utcnow,
 )
-from syncd.observability.logs import describe_error, register_secret
+from syncd.observability.logs import describe_error
 from syncd.observability.metrics import Metrics
 from syncd.pipeline.prepare import Preparer
 from syncd.plugins import Registry
@@ -406,8 +406,7 @@ class SyncEngine:
             ),
         )
         # Plugin sources do not register their secrets themselves.
-        for secret in self._registry.secrets(connector.source, connector.indexer):
-            register_secret(secret)
+        self._registry.register_secrets(connector.source, connector.indexer)
         # A plugin's plain ``def fetch_page`` (a blocking SDK) runs in a worker thread.
         return as_async(kind.factory(connector.source, context))
 

@@ -97,20 +97,13 @@ class ConnectorService:
 
     # --- secrets ------------------------------------------------------------------------
 
-    def register_secrets(self, source: Mapping[str, Any], indexer: Mapping[str, Any]) -> None:
-        """Have the log redaction mask every secret of these configs, before any request."""
-        from syncd.observability.logs import register_secret
-
-        for value in self._registry.secrets(source, indexer):
-            register_secret(value)
-
     async def register_stored_secrets(self) -> None:
         """Every stored connector's secrets are masked before anything logs or runs."""
         after: str | None = None
         while True:
             rows = await self._store.list_connectors(limit=100, after=after)
             for c in rows:
-                self.register_secrets(c.source, c.indexer)
+                self._registry.register_secrets(c.source, c.indexer)
             if len(rows) < 100:
                 return
             after = rows[-1].id
@@ -127,7 +120,7 @@ class ConnectorService:
             next_run_at=rules.next_run_at(connector, now),
             next_full_crawl_at=rules.next_full_crawl_at(connector, now),
         )
-        self.register_secrets(connector.source, connector.indexer)
+        self._registry.register_secrets(connector.source, connector.indexer)
         created = await self._store.create_connector(connector)
         await self._changes.notify(created.id)
         return created
@@ -178,7 +171,7 @@ class ConnectorService:
         """PATCH a connector (``NotFound``, ``Conflict``, ``ValidationError``)."""
         await self.get_connector(connector_id)  # 404 before 422, like every {id} route
         changes = spec.parse_patch(body, kinds=self._registry)
-        self.register_secrets(changes.get("source") or {}, changes.get("indexer") or {})
+        self._registry.register_secrets(changes.get("source") or {}, changes.get("indexer") or {})
         now = utcnow()
         _, after = await self._store.mutate_connector(
             connector_id, lambda c: rules.patch(c, changes, now=now)
