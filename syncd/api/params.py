@@ -7,7 +7,7 @@ the part of the request (``body``, ``query.limit``, ``query.cursor``) or a 404, 
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from enum import StrEnum
 from typing import Any, TypeVar
 
@@ -96,6 +96,15 @@ def cursor_param(request: web.Request) -> str | None:
         return parse_cursor(raw)
     except ValidationError as exc:
         raise _in_query(exc) from None
+
+
+async def connector_query(request: web.Request, parse: Callable[[], _T]) -> _T:
+    """The query parameters ``parse`` reads from a request about the path's connector; when
+    they are invalid, the service answers (404 for an unknown connector, before the 422)."""
+    try:
+        return parse()
+    except ValidationError as exc:
+        await service_of(request).reject(path_id(request), exc)
 
 
 async def listing(call: Awaitable[_T]) -> _T:

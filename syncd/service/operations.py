@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, NoReturn
 
 import structlog
 
@@ -167,10 +167,19 @@ class ConnectorService:
         )
         return _page(rows, limit, lambda c: c.id)
 
+    async def reject(self, connector_id: str, error: ValidationError) -> NoReturn:
+        """Refuse a request about the connector that failed validation (its body, its query
+        parameters): ``NotFound`` when there is no such connector — 404 before 422, on every
+        route of a connector — else ``error``."""
+        await self.get_connector(connector_id)
+        raise error
+
     async def update_connector(self, connector_id: str, body: Mapping[str, Any]) -> Connector:
         """PATCH a connector (``NotFound``, ``Conflict``, ``ValidationError``)."""
-        await self.get_connector(connector_id)  # 404 before 422, like every {id} route
-        changes = spec.parse_patch(body, kinds=self._registry)
+        try:
+            changes = spec.parse_patch(body, kinds=self._registry)
+        except ValidationError as exc:
+            await self.reject(connector_id, exc)
         self._registry.register_secrets(changes.get("source") or {}, changes.get("indexer") or {})
         now = utcnow()
         _, after = await self._store.mutate_connector(
@@ -338,8 +347,10 @@ class ConnectorService:
         return _page(rows, limit, lambda d: d.external_id)
 
     async def get_document(self, connector_id: str, external_id: str) -> Document:
-        """One document with its payload (``NotFound``)."""
+        """One document with its payload (``NotFound``: the connector's first)."""
         await self.get_connector(connector_id)
+        if spec.text_problem(external_id):  # no store holds such an id (nor can compare it)
+            raise NotFound("Document not found")
         doc = await self._store.get_document(connector_id, external_id)
         if doc is None:
             raise NotFound("Document not found")
