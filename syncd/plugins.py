@@ -83,7 +83,7 @@ class IndexerKind:
     ``supports_delete``: its instances have ``async delete(document)``, called for documents
     gone at the source (DESIGN.md §11); without it they are marked ``deleted`` without a call.
     A kind that is ``indexed_on_commit`` or does not support delete deletes at once, in the
-    transaction that decides it (no queue).
+    transaction that decides it (no queue: :func:`syncd.rules.deletes_at_once`).
     """
 
     name: str

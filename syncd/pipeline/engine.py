@@ -74,9 +74,9 @@ class _Handle:
     done: asyncio.Event = field(default_factory=asyncio.Event)
     note: str | None = None
     # The crawl this run stamps (None: a crawl begun before crawls were stamped), and whether
-    # its deletions are done at once (the indexer has no delete call to make).
+    # its deletions are done at once (rules.deletes_at_once).
     crawl: Crawl | None = None
-    delete_now: bool = True
+    delete_at_once: bool = True
 
 
 class SyncEngine:
@@ -294,8 +294,8 @@ class SyncEngine:
         id_field = str(connector.source.get("id_field", "id"))
         tombstones = rules.deleted_field(connector.source)
         kind = self._registry.indexer(connector.indexer)
-        indexed = kind.indexed_on_commit
-        handle.delete_now = indexed or not kind.supports_delete
+        indexed_on_commit = kind.indexed_on_commit
+        handle.delete_at_once = rules.deletes_at_once(kind)
         pages = AsyncCursorPaginator(
             _guard_resume(source, start, connector.retry_on_status),
             max_retries=connector.page_retries,
@@ -336,14 +336,14 @@ class SyncEngine:
 
         reader = _read_ahead(prepared(), name=f"fetch:{cid}")
         async with contextlib.aclosing(reader):
-            await self._commit_pages(connector, handle, reader, indexed)
+            await self._commit_pages(connector, handle, reader, indexed_on_commit)
 
     async def _commit_pages(
         self,
         connector: Connector,
         handle: _Handle,
         items: AsyncIterator[_Prepared],
-        indexed: bool,
+        indexed_on_commit: bool,
     ) -> None:
         cid, run_id = connector.id, handle.run_id
         async for item in items:
@@ -356,15 +356,15 @@ class SyncEngine:
                 next_cursor=item.next_cursor,
                 source_state=rules.page_state(connector, item.state),
                 now=utcnow(),
-                indexed=indexed,
+                indexed=indexed_on_commit,
                 rejected=item.rejected,
                 note=handle.note,
                 crawl=handle.crawl,
                 deletions=item.deletions,
-                delete_now=handle.delete_now,
+                delete_at_once=handle.delete_at_once,
             )
             handle.note = None
-            if ids and not indexed:
+            if ids and not indexed_on_commit:
                 # Committed as pending: if not queued, the queue is rebuilt from the store, or
                 # a re-sync would leave these unchanged documents unqueued; the run fails.
                 with self._maintenance.rebuild_on_failure():
@@ -451,7 +451,12 @@ class SyncEngine:
         def succeed(c: Connector, counts: Any) -> Any:
             # A completed full crawl prunes in the success transition's own transaction.
             return rules.succeed(
-                c, run_id=run_id, now=now, crawl=crawl, counts=counts, immediate=handle.delete_now
+                c,
+                run_id=run_id,
+                now=now,
+                crawl=crawl,
+                counts=counts,
+                delete_at_once=handle.delete_at_once,
             )
 
         delay = 0.1

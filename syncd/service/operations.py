@@ -371,11 +371,10 @@ class ConnectorService:
         are deleted (at once for an indexer with nothing to call, else through the queue);
         how many. ``Conflict`` (``No deletions held``) when none are held."""
         connector = await self.get_connector(connector_id)
-        kind = self._registry.indexer(connector.indexer)
-        immediate = kind.indexed_on_commit or not kind.supports_delete
+        delete_at_once = rules.deletes_at_once(self._registry.indexer(connector.indexer))
         now = utcnow()
         _, _, result = await self._store.mutate_with_prune(
-            connector_id, lambda c, _: rules.apply_held(c, now=now, immediate=immediate)
+            connector_id, lambda c, _: rules.apply_held(c, now=now, delete_at_once=delete_at_once)
         )
         if result.deleted:
             self._metrics.documents_deleted.inc(result.deleted)
