@@ -37,6 +37,7 @@ from syncd.indexing.maintenance import Maintenance
 from syncd.indexing.workers import Workers
 from syncd.models import Connector, ConnectorStatus, DocStatus, Document, Run, new_id, utcnow
 from syncd.observability.metrics import Metrics, refresh_forever, watch_loop_lag
+from syncd.pipeline.admission import Admission
 from syncd.pipeline.engine import SyncEngine
 from syncd.plugins import IndexerKind, Indexers, Registry, SourceKind
 from syncd.queue import WorkQueue, open_queue
@@ -91,6 +92,7 @@ class Daemon:
         self.transport: Transport
         self.budgets: HostBudgets
         self.engine: SyncEngine
+        self.admission: Admission
         self.workers: Workers
         self.scheduler: Scheduler
         self.maintenance: Maintenance
@@ -224,8 +226,13 @@ class Daemon:
             heartbeat_seconds=cfg.sync.heartbeat_seconds,
             maintenance=self.maintenance,
             on_change=notify,
-            max_runs=cfg.sync.max_concurrent_runs,
             pacer=self.pacer,
+        )
+        self.admission = Admission(
+            self.engine,
+            max_runs=cfg.sync.max_concurrent_runs,
+            # A freed slot wakes the scheduler (built below) when work waits for one.
+            on_slot_free=lambda: self.scheduler.slot_freed(),
         )
         indexers = Indexers(
             self.registry, lambda connector_id: IndexerContext(connector_id, self.transport)
@@ -252,7 +259,7 @@ class Daemon:
         )
         self.scheduler = Scheduler(
             store=self.store,
-            engine=self.engine,
+            admission=self.admission,
             owner=self.owner,
             tick_seconds=cfg.scheduler.tick_seconds,
             stale_lock_seconds=cfg.scheduler.stale_lock_seconds,
@@ -261,6 +268,7 @@ class Daemon:
             store=self.store,
             queue=self.queue,
             engine=self.engine,
+            admission=self.admission,
             workers=self.workers,
             registry=self.registry,
             indexers=indexers,
@@ -443,8 +451,8 @@ class Daemon:
         run slots: more slots are filled at once, fewer let running runs finish)."""
         self.scheduler.tick_seconds = config.scheduler.tick_seconds
         self.scheduler.stale_lock_seconds = config.scheduler.stale_lock_seconds
-        grown = config.sync.max_concurrent_runs > self.engine.max_runs
-        self.engine.max_runs = config.sync.max_concurrent_runs
+        grown = config.sync.max_concurrent_runs > self.admission.max_runs
+        self.admission.max_runs = config.sync.max_concurrent_runs
         if grown:
             self.scheduler.wake()
 

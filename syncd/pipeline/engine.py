@@ -77,6 +77,8 @@ class _Handle:
     # its deletions are done at once (rules.deletes_at_once).
     crawl: Crawl | None = None
     delete_at_once: bool = True
+    # Called when the run's task ends (its admission slot frees).
+    on_end: Callable[[], None] | None = None
 
 
 class SyncEngine:
@@ -93,7 +95,6 @@ class SyncEngine:
         heartbeat_seconds: float = 1.0,
         maintenance: Maintenance,
         on_change: Notify | None = None,
-        max_runs: int = 32,
         pacer: Pacer | None = None,
     ) -> None:
         self._store = store
@@ -113,53 +114,26 @@ class SyncEngine:
         # (no longer in ``_runs``), so that a stop waits for all of them.
         self._handles: set[_Handle] = set()
         self._closed = False
-        # Admission control: at most ``max_runs`` run tasks, counting the slots reserved
-        # for claims in flight (reserved synchronously, before the claim is awaited, so that
-        # concurrent triggers and ticks never overcommit).
-        self.max_runs = max_runs
-        self._reserved = 0
-        self.on_slot_free: Callable[[], None] | None = None
-        """Called whenever a slot frees (a run ended, a reservation was given back)."""
 
     @property
     def running(self) -> dict[str, str]:
         """``{connector_id: run_id}`` of the runs executing in this instance."""
         return {cid: h.run_id for cid, h in self._runs.items()}
 
-    @property
-    def free_slots(self) -> int:
-        """Run slots neither running nor reserved."""
-        return max(0, self.max_runs - self._reserved - len(self._handles))
-
-    def reserve(self, count: int = 1) -> int:
-        """Reserve up to ``count`` free slots (synchronously: no other task runs between
-        the check and the reservation); how many. Each is then used by :meth:`start` or given
-        back by :meth:`release`."""
-        taken = min(count, self.free_slots)
-        self._reserved += taken
-        return taken
-
-    def release(self, count: int = 1, *, notify: bool = True) -> None:
-        """Give back ``count`` reserved slots that no run used (a claim failed or found less
-        to start than it reserved); ``notify=False`` for the scheduler's own reservations,
-        which must not wake it again."""
-        if count <= 0:
-            return
-        self._reserved = max(0, self._reserved - count)
-        if notify:
-            self._slot_freed()
-
-    def _slot_freed(self) -> None:
-        if self.on_slot_free is not None:
-            self.on_slot_free()
-
-    def start(self, connector: Connector, trigger: RunTrigger) -> None:
-        """Start the run just claimed for ``connector`` (its ``run_id`` is set), in a slot
-        reserved with :meth:`reserve`; the slot frees when the run's task ends."""
+    def start(
+        self,
+        connector: Connector,
+        trigger: RunTrigger,
+        *,
+        on_end: Callable[[], None] | None = None,
+    ) -> None:
+        """Start the run just claimed for ``connector`` (its ``run_id`` is set); ``on_end`` is
+        called when the run's task ends. Runs start through
+        :meth:`syncd.pipeline.admission.Admission.claim_and_start`, in a run slot."""
         assert connector.run_id is not None
-        if self._reserved > 0:
-            self._reserved -= 1
-        handle = _Handle(connector.id, connector.run_id, CancelToken(), trigger=trigger)
+        handle = _Handle(
+            connector.id, connector.run_id, CancelToken(), trigger=trigger, on_end=on_end
+        )
         previous = self._runs.get(connector.id)
         if previous is not None:
             # Taken over (stale lock): the old run's writes are fenced already; stop it too.
@@ -253,7 +227,8 @@ class SyncEngine:
                     del self._runs[cid]
                 self._handles.discard(handle)
                 handle.done.set()
-                self._slot_freed()
+                if handle.on_end is not None:
+                    handle.on_end()
                 self._metrics.run_gone(run_id)
                 structlog.contextvars.unbind_contextvars("connector_id", "connector", "run_id")
 

@@ -40,6 +40,7 @@ from syncd.models import (
 )
 from syncd.observability.logs import describe_error
 from syncd.observability.metrics import Metrics
+from syncd.pipeline.admission import Admission, Claimed
 from syncd.pipeline.engine import SyncEngine
 from syncd.pipeline.inputs import document_inputs
 from syncd.plugins import Indexers, Registry
@@ -67,6 +68,7 @@ class ConnectorService:
         store: Store,
         queue: WorkQueue,
         engine: SyncEngine,
+        admission: Admission,
         workers: Workers,
         registry: Registry,
         indexers: Indexers,
@@ -80,6 +82,7 @@ class ConnectorService:
         self._store = store
         self._queue = queue
         self._engine = engine
+        self._admission = admission
         self._workers = workers
         self._registry = registry
         self._indexers = indexers
@@ -223,9 +226,16 @@ class ConnectorService:
     async def _trigger(self, connector_id: str) -> str | None:
         run_id = new_id()
         now = utcnow()
-        # The slot is reserved before the claim is awaited: concurrent triggers never
-        # overcommit, and a failed claim gives it back.
-        if not self._engine.reserve():
+
+        async def claim(slots: int, claimed: list[Claimed]) -> None:
+            _, after = await self._store.mutate_connector(
+                connector_id,
+                lambda c: rules.trigger(c, run_id=run_id, owner=self._owner, now=now),
+            )
+            claimed.append((after, RunTrigger.MANUAL))
+
+        # A failed claim (Conflict, NotFound) gives its slot back.
+        if await self._admission.claim_and_start(claim) is None:
             await self._store.mutate_connector(connector_id, lambda c: rules.enqueue(c, now=now))
             log.info("service.sync_queued", connector_id=connector_id)
             await self._changes.notify(connector_id)
@@ -233,15 +243,6 @@ class ConnectorService:
                 self._wake()  # this instance notes the waiting work; the others may start it
             await self.broadcast({"type": MSG_WAKE, "connector_id": connector_id})
             return None
-        try:
-            _, after = await self._store.mutate_connector(
-                connector_id,
-                lambda c: rules.trigger(c, run_id=run_id, owner=self._owner, now=now),
-            )
-        except BaseException:
-            self._engine.release()
-            raise
-        self._engine.start(after, RunTrigger.MANUAL)
         return run_id
 
     async def abort_sync(self, connector_id: str) -> str | None:
