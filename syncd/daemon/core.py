@@ -1,6 +1,7 @@
-"""The composition root: wires store, queue, transport, sync engine, scheduler, workers,
-maintenance, the connector service and the API; starts and stops them in order; supervises
-the side tasks.
+"""The composition root: wires store, queue, transport, sync engine, run slots (admission),
+scheduler, workers, maintenance, the connector service, the instance heartbeat
+(:mod:`~syncd.daemon.instances`, ``GET /status``) and the API; starts and stops them in order;
+supervises the side tasks.
 
 Start order: store (migrated) → queue → transport → secrets of stored connectors registered →
 queue rebuilt from the store → delete cascades resumed → workers → side tasks (control
@@ -28,6 +29,7 @@ import structlog
 
 from syncd.api import build_app, start_api, views
 from syncd.config.loader import Config
+from syncd.daemon.instances import Instances
 from syncd.errors import SyncdError
 from syncd.http.budget import HostBudgets
 from syncd.http.budget_redis import open_budgets
@@ -51,8 +53,6 @@ from syncd.sources.base import SourceFactory
 from syncd.store import Store, open_store
 
 log = structlog.get_logger("syncd.daemon.core")
-
-INSTANCES_SEEN_BEATS = 3  # GET /status lists instances heard from within 3 heartbeats
 
 
 class Daemon:
@@ -83,7 +83,6 @@ class Daemon:
         self._serve_api = serve_api
         self._started = False
         self.started_at: datetime | None = None
-        self._heartbeat_at: datetime | None = None
         # Resolved when a side task dies for good: the service runner then exits non-zero.
         self.fatal: asyncio.Future[str] | None = None
         self.api_runner: Any = None
@@ -98,8 +97,8 @@ class Daemon:
         self.maintenance: Maintenance
         self.service: ConnectorService
         self.events: EventHub
+        self.instances: Instances
         self._supervisor: Supervisor
-        self._beat_write: asyncio.Future[None] | None = None
 
     # --- plugins ------------------------------------------------------------------------
 
@@ -142,7 +141,7 @@ class Daemon:
         """Open the backends and start every component on the running loop."""
         cfg = self.config
         self.owner = self._new_owner()
-        self.started_at, self._heartbeat_at = utcnow(), None
+        self.started_at = utcnow()
         self.fatal = asyncio.get_running_loop().create_future()
         self.registry.load_entry_points()
         self.store = self._open_store()
@@ -186,7 +185,7 @@ class Daemon:
             spawn("scheduler", self.scheduler.run)
             spawn("metrics-refresh", lambda: refresh_forever(self.metrics, self.store, self.queue))
             spawn("loop-lag", lambda: watch_loop_lag(self.metrics))
-            spawn("instance-heartbeat", self._heartbeat_forever)
+            spawn("instance-heartbeat", self.instances.beat_forever)
             if self._serve_api:
                 self.api_runner = await start_api(
                     build_app(self.service, self, cfg.api, access=cfg.log.access, pacer=self.pacer),
@@ -216,7 +215,15 @@ class Daemon:
         """Build the components on the open backends; only this method knows them all."""
         cfg = self.config
         notify = self.changes.notify
-        self.maintenance = Maintenance(store=self.store, queue=self.queue)
+        indexers = Indexers(
+            self.registry, lambda connector_id: IndexerContext(connector_id, self.transport)
+        )
+
+        def deleted(connector_id: str) -> None:
+            indexers.forget(connector_id)
+            self.changes.record(connector_id)  # the `deleted` event
+
+        self.maintenance = Maintenance(store=self.store, queue=self.queue, on_deleted=deleted)
         self.engine = SyncEngine(
             store=self.store,
             queue=self.queue,
@@ -234,15 +241,6 @@ class Daemon:
             # A freed slot wakes the scheduler (built below) when work waits for one.
             on_slot_free=lambda: self.scheduler.slot_freed(),
         )
-        indexers = Indexers(
-            self.registry, lambda connector_id: IndexerContext(connector_id, self.transport)
-        )
-
-        def deleted(connector_id: str) -> None:
-            indexers.forget(connector_id)
-            self.changes.record(connector_id)  # the `deleted` event
-
-        self.maintenance.on_deleted = deleted
         self.workers = Workers(
             store=self.store,
             queue=self.queue,
@@ -288,6 +286,17 @@ class Daemon:
             render_run=views.run_json,
             heartbeat_seconds=cfg.api.events_heartbeat_seconds,
         )
+        self.instances = Instances(
+            store=self.store,
+            queue=self.queue,
+            engine=self.engine,
+            workers=self.workers,
+            instance_id=self.instance_id,
+            owner=self.owner,
+            started_at=self.started_at,
+            concurrency=cfg.workers.concurrency,
+            heartbeat_seconds=self.instance_heartbeat_seconds,
+        )
         self._supervisor = Supervisor(on_fatal=self._on_fatal)
 
     def _on_fatal(self, name: str, exc: BaseException) -> None:
@@ -317,7 +326,7 @@ class Daemon:
         await self.transport.close()
         await self.budgets.close()
         await self.queue.close()
-        await self._forget_instance()
+        await self.instances.forget()
         await self.store.close()
         log.info("daemon.stopped", instance_id=self.instance_id)
 
@@ -354,84 +363,14 @@ class Daemon:
         return result
 
     async def status(self) -> dict[str, Any]:
-        """``GET /status``: this instance (version, owner, workers, running syncs), the
-        queue's depth, and every instance heard from within the last few heartbeats (this
-        one with its live figures)."""
-        from syncd import __version__
-
-        now = utcnow()
-        mine = self._instance_info()
-        since = now - timedelta(seconds=INSTANCES_SEEN_BEATS * self.instance_heartbeat_seconds)
-        instances = {
-            beat.owner: {
-                **beat.info,
-                "owner": beat.owner,
-                "heartbeat_at": views.timestamp(beat.heartbeat_at),
-            }
-            for beat in await self.store.list_instances(since)
-        }
-        instances[self.owner] = {
-            **mine,
-            "owner": self.owner,
-            "heartbeat_at": views.timestamp(self._heartbeat_at),
-        }
-        return {
-            "version": __version__,
-            "instance_id": self.instance_id,
-            "owner": self.owner,
-            "started_at": mine["started_at"],
-            "workers": mine["workers"],
-            "queue": {"depth": await self.queue_depth()},
-            "running_syncs": mine["running_syncs"],
-            "instances": [instances[owner] for owner in sorted(instances)],
-        }
-
-    def _instance_info(self) -> dict[str, Any]:
-        """What this instance reports in its heartbeat."""
-        from syncd import __version__
-
-        return {
-            "instance_id": self.instance_id,
-            "version": __version__,
-            "started_at": views.timestamp(self.started_at),
-            "running_syncs": len(self.engine.running),
-            "workers": {"concurrency": self.config.workers.concurrency, "busy": self.workers.busy},
-        }
+        """``GET /status``: this instance, the queue's depth, and every instance heard from
+        within the last few heartbeats (:meth:`Instances.status`)."""
+        return await self.instances.status()
 
     async def heartbeat(self) -> None:
         """Record this instance's heartbeat in the store now (the side task does it every
         ``instance_heartbeat_seconds``)."""
-        now = utcnow()
-        # Shielded and kept: a stop that cancels the beat mid-write waits for the write before
-        # it removes the instance, or the row could come back after the removal.
-        self._beat_write = asyncio.ensure_future(
-            self.store.heartbeat_instance(self.owner, self._instance_info(), now)
-        )
-        await asyncio.shield(self._beat_write)
-        self._heartbeat_at = now
-
-    async def _heartbeat_forever(self) -> None:
-        # The period is measured from the start of each beat, so it does not drift. A failed
-        # beat is logged and tried at the next one: a store outage must not stop the daemon.
-        loop = asyncio.get_running_loop()
-        while True:
-            began = loop.time()
-            try:
-                await self.heartbeat()
-            except SyncdError as exc:
-                log.warning("daemon.heartbeat_failed", error=str(exc))
-            await asyncio.sleep(max(0.0, self.instance_heartbeat_seconds - (loop.time() - began)))
-
-    async def _forget_instance(self) -> None:
-        """Remove this instance from ``GET /status`` of the others (a clean stop)."""
-        if self._beat_write is not None:
-            await asyncio.wait({self._beat_write})
-            if not self._beat_write.cancelled():
-                self._beat_write.exception()  # a failed last beat changes nothing here
-        try:
-            await self.store.remove_instance(self.owner)
-        except SyncdError as exc:
-            log.warning("daemon.forget_instance_failed", error=str(exc))
+        await self.instances.heartbeat()
 
     @property
     def running_syncs(self) -> dict[str, str]:

@@ -43,7 +43,7 @@ class Maintenance:
     ) -> None:
         self._store = store
         self._queue = queue
-        self.on_deleted = on_deleted
+        self._on_deleted = on_deleted
         self._rebuild = asyncio.Event()
         # Connectors whose queue entries an abort or a delete could not purge (the queue was
         # unreachable): purged before the next rebuild. Meanwhile their entries are harmless.
@@ -170,8 +170,8 @@ class Maintenance:
     async def _cascade(self, connector_id: str) -> None:
         try:
             await self._store.delete_connector(connector_id)
-            if self.on_deleted is not None:
-                self.on_deleted(connector_id)
+            if self._on_deleted is not None:
+                self._on_deleted(connector_id)
             log.info("maintenance.connector_deleted", connector_id=connector_id)
             await self.purge(connector_id)
         except SyncdError as exc:
