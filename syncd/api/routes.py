@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Mapping
 from typing import Any, Protocol, TypeVar
 
 import orjson
@@ -32,11 +33,13 @@ from syncd.observability.metrics import Metrics
 from syncd.runtime.tasks import cancel_and_wait
 from syncd.schema.spec import text_problem
 from syncd.service.events import MAX_FILTER_IDS, EventHub
-from syncd.service.operations import Preview
+from syncd.service.preview import Preview
 
 
 class System(Protocol):
-    """What the system routes read of the daemon: readiness, metrics and the events."""
+    """What the routes reach of the daemon besides the connector operations of its
+    :class:`~syncd.service.operations.ConnectorService`: readiness, status, metrics, the
+    events and previews."""
 
     @property
     def metrics(self) -> Metrics: ...
@@ -47,6 +50,8 @@ class System(Protocol):
     async def readiness(self) -> dict[str, str]: ...
 
     async def status(self) -> dict[str, Any]: ...
+
+    async def preview(self, body: Mapping[str, Any]) -> Preview: ...
 
 
 SYSTEM: web.AppKey[System] = web.AppKey("syncd.system")
@@ -208,7 +213,7 @@ async def preview_connector(request: web.Request) -> web.Response:
     pages = body.get("pages")
     if isinstance(pages, float) and pages.is_integer():
         body["pages"] = int(pages)  # 2.0 is the integer 2 in JSON (see schema.fields)
-    work = asyncio.create_task(service_of(request).preview(body), name="api:preview")
+    work = asyncio.create_task(request.app[SYSTEM].preview(body), name="api:preview")
     watch = asyncio.create_task(_client_gone(request), name="api:preview:client")
     try:
         await asyncio.wait({work, watch}, return_when=asyncio.FIRST_COMPLETED)

@@ -47,8 +47,10 @@ from syncd.runtime.pacing import Pacer
 from syncd.runtime.tasks import Supervisor
 from syncd.scheduler import Scheduler
 from syncd.service.changes import ChangeFeed
+from syncd.service.control import Control
 from syncd.service.events import EventHub
-from syncd.service.operations import ConnectorService, Preview
+from syncd.service.operations import ConnectorService
+from syncd.service.preview import Preview, Previewer
 from syncd.sources.base import SourceFactory
 from syncd.store import Store, open_store
 
@@ -95,7 +97,9 @@ class Daemon:
         self.workers: Workers
         self.scheduler: Scheduler
         self.maintenance: Maintenance
+        self.control: Control
         self.service: ConnectorService
+        self.previews: Previewer
         self.events: EventHub
         self.instances: Instances
         self._supervisor: Supervisor
@@ -177,7 +181,7 @@ class Daemon:
             await self.maintenance.resume_cascades()
             self.workers.start()
             spawn = self._supervisor.spawn
-            spawn("control-messages", self.service.listen)
+            spawn("control-messages", self.control.listen)
             spawn("events-notices", self.events.listen)
             spawn("events", self.events.run)
             spawn("queue-lost", self.maintenance.watch_queue_loss)
@@ -262,6 +266,9 @@ class Daemon:
             tick_seconds=cfg.scheduler.tick_seconds,
             stale_lock_seconds=cfg.scheduler.stale_lock_seconds,
         )
+        self.control = Control(
+            queue=self.queue, engine=self.engine, workers=self.workers, wake=self.scheduler.wake
+        )
         self.service = ConnectorService(
             store=self.store,
             queue=self.queue,
@@ -275,7 +282,13 @@ class Daemon:
             metrics=self.metrics,
             defaults=cfg.sync.paginator,
             owner=self.owner,
-            wake=self.scheduler.wake,
+            control=self.control,
+        )
+        self.previews = Previewer(
+            store=self.store,
+            engine=self.engine,
+            registry=self.registry,
+            defaults=cfg.sync.paginator,
         )
         self.events = EventHub(
             store=self.store,
@@ -471,7 +484,7 @@ class Daemon:
         """Fetch the first pages of a connector body or an existing connector, storing
         nothing (``{"connector": {...}}`` or ``{"connector_id": ...}``, ``pages``,
         ``timeout_seconds``); a failing source is the result's ``error``."""
-        return await self.service.preview(body)
+        return await self.previews.preview(body)
 
     # --- waiting for recorded changes (embedding apps, the benchmark, tests) ------------
 
