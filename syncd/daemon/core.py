@@ -11,8 +11,8 @@ next page boundary (``interrupted``), indexing finishes within the grace period,
 connections close.
 
 The connector operations live in :class:`syncd.service.operations.ConnectorService`; the
-methods of the same names here (``create_connector``, ``trigger_sync``, ``abort_sync``, …) are
-the embedding API and delegate to it.
+methods of the same names on a daemon (``create_connector``, ``trigger_sync``, ``abort_sync``,
+…) are the embedding API (:mod:`~syncd.daemon.embedding`) and delegate to it.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 import socket
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any
@@ -29,6 +29,7 @@ import structlog
 
 from syncd.api import build_app, start_api, views
 from syncd.config.loader import Config
+from syncd.daemon.embedding import EmbeddingApi
 from syncd.daemon.instances import Instances
 from syncd.errors import SyncdError
 from syncd.http.budget import HostBudgets
@@ -37,7 +38,7 @@ from syncd.http.transport import Timeouts, Transport, resolve_timeouts
 from syncd.indexers.base import IndexerContext, IndexerFactory
 from syncd.indexing.maintenance import Maintenance
 from syncd.indexing.workers import Workers
-from syncd.models import Connector, ConnectorStatus, DocStatus, Document, Run, new_id, utcnow
+from syncd.models import new_id, utcnow
 from syncd.observability.metrics import Metrics, refresh_forever, watch_loop_lag
 from syncd.pipeline.admission import Admission
 from syncd.pipeline.engine import SyncEngine
@@ -50,15 +51,18 @@ from syncd.service.changes import ChangeFeed
 from syncd.service.control import Control
 from syncd.service.events import EventHub
 from syncd.service.operations import ConnectorService
-from syncd.service.preview import Preview, Previewer
+from syncd.service.preview import Previewer
 from syncd.sources.base import SourceFactory
 from syncd.store import Store, open_store
 
 log = structlog.get_logger("syncd.daemon.core")
 
 
-class Daemon:
-    """A running syncd instance: ``async with Daemon(config) as daemon: ...``."""
+class Daemon(EmbeddingApi):
+    """A running syncd instance: ``async with Daemon(config) as daemon: ...``.
+
+    It wires the components and runs their lifecycle; the connector operations it offers an
+    embedding application are :class:`~syncd.daemon.embedding.EmbeddingApi`'s."""
 
     #: Seconds between two heartbeats of this instance in the store (``GET /status``).
     instance_heartbeat_seconds: float = 5.0
@@ -407,115 +411,3 @@ class Daemon:
         self.admission.max_runs = config.sync.max_concurrent_runs
         if grown:
             self.scheduler.wake()
-
-    # --- the embedding API: the connector operations -----------------------------------
-
-    async def create_connector(self, body: Mapping[str, Any]) -> Connector:
-        """Validate and create a connector (``ValidationError``, ``NameConflict``)."""
-        return await self.service.create_connector(body)
-
-    async def get_connector(self, connector_id: str) -> Connector:
-        """The connector, or ``NotFound``."""
-        return await self.service.get_connector(connector_id)
-
-    async def list_connectors(
-        self,
-        *,
-        status: ConnectorStatus | None = None,
-        limit: int = 100,
-        cursor: str | None = None,
-    ) -> tuple[list[Connector], str | None]:
-        """A page of connectors and the cursor of the next page (``None`` at the end)."""
-        return await self.service.list_connectors(status=status, limit=limit, cursor=cursor)
-
-    async def update_connector(self, connector_id: str, body: Mapping[str, Any]) -> Connector:
-        """PATCH a connector (``NotFound``, ``Conflict``, ``ValidationError``)."""
-        return await self.service.update_connector(connector_id, body)
-
-    async def delete_connector(self, connector_id: str) -> None:
-        """Mark ``deleting`` and delete in the background (idempotent while deleting)."""
-        await self.service.delete_connector(connector_id)
-
-    async def trigger_sync(self, connector_id: str) -> str | None:
-        """Start a manual sync; returns its run id, or ``None`` when no run slot was free
-        and the trigger is queued (``Conflict`` per DESIGN.md §3)."""
-        return await self.service.trigger_sync(connector_id)
-
-    async def abort_sync(self, connector_id: str) -> str | None:
-        """Abort the running sync wherever it runs; returns the aborted run id."""
-        return await self.service.abort_sync(connector_id)
-
-    async def list_runs(
-        self, connector_id: str, *, limit: int = 100, cursor: str | None = None
-    ) -> tuple[list[Run], str | None]:
-        """A page of the connector's runs, newest first."""
-        return await self.service.list_runs(connector_id, limit=limit, cursor=cursor)
-
-    async def list_documents(
-        self,
-        connector_id: str,
-        *,
-        status: DocStatus | None = None,
-        limit: int = 100,
-        cursor: str | None = None,
-    ) -> tuple[list[Document], str | None]:
-        """A page of the connector's documents, by external id."""
-        return await self.service.list_documents(
-            connector_id, status=status, limit=limit, cursor=cursor
-        )
-
-    async def get_document(self, connector_id: str, external_id: str) -> Document:
-        """One document with its payload (``NotFound``)."""
-        return await self.service.get_document(connector_id, external_id)
-
-    async def retry_failed(self, connector_id: str) -> int:
-        """Re-queue the connector's failed documents; how many."""
-        return await self.service.retry_failed(connector_id)
-
-    async def apply_deletions(self, connector_id: str) -> int:
-        """Apply the deletions the guard held; how many (``Conflict`` if none are held)."""
-        return await self.service.apply_deletions(connector_id)
-
-    async def document_counts(self, connector_id: str) -> dict[DocStatus, int]:
-        """Documents per status."""
-        return await self.service.document_counts(connector_id)
-
-    async def preview(self, body: Mapping[str, Any]) -> Preview:
-        """Fetch the first pages of a connector body or an existing connector, storing
-        nothing (``{"connector": {...}}`` or ``{"connector_id": ...}``, ``pages``,
-        ``timeout_seconds``); a failing source is the result's ``error``."""
-        return await self.previews.preview(body)
-
-    # --- waiting for recorded changes (embedding apps, the benchmark, tests) ------------
-
-    async def wait_documents(
-        self,
-        connector_id: str,
-        predicate: Callable[[dict[DocStatus, int]], bool],
-        timeout: float = 30.0,
-    ) -> dict[DocStatus, int]:
-        """Wait until the connector's document counts satisfy ``predicate`` (changes made
-        by this instance's workers, aborts and re-queues wake the check)."""
-        return await self.changes.wait_for(
-            lambda: self.document_counts(connector_id), predicate, timeout
-        )
-
-    async def wait_connector(
-        self,
-        connector_id: str,
-        predicate: Callable[[Connector], bool],
-        timeout: float = 30.0,
-    ) -> Connector:
-        """Wait until the connector satisfies ``predicate`` (checked again whenever this
-        instance records a change: a page, a heartbeat, a wait, an abort)."""
-        return await self.changes.wait_for(
-            lambda: self.get_connector(connector_id), predicate, timeout
-        )
-
-    async def wait_run(self, connector_id: str) -> None:
-        """Wait until this instance's run of the connector (if any) has ended."""
-        await self.engine.wait(connector_id)
-
-    async def wait_deleted(self, connector_id: str) -> None:
-        """Wait for this instance's delete cascade of the connector, if one runs."""
-        await self.maintenance.wait_deleted(connector_id)
