@@ -41,6 +41,7 @@ from syncd.indexing.workers import Workers
 from syncd.models import new_id, utcnow
 from syncd.observability.metrics import Metrics, refresh_forever, watch_loop_lag
 from syncd.pipeline.admission import Admission
+from syncd.pipeline.builder import SourceBuilder
 from syncd.pipeline.engine import SyncEngine
 from syncd.plugins import IndexerKind, Indexers, Registry, SourceKind
 from syncd.queue import WorkQueue, open_queue
@@ -232,10 +233,11 @@ class Daemon(EmbeddingApi):
             self.changes.record(connector_id)  # the `deleted` event
 
         self.maintenance = Maintenance(store=self.store, queue=self.queue, on_deleted=deleted)
+        sources = SourceBuilder(store=self.store, transport=self.transport, registry=self.registry)
         self.engine = SyncEngine(
             store=self.store,
             queue=self.queue,
-            transport=self.transport,
+            sources=sources,
             registry=self.registry,
             metrics=self.metrics,
             heartbeat_seconds=cfg.sync.heartbeat_seconds,
@@ -290,7 +292,7 @@ class Daemon(EmbeddingApi):
         )
         self.previews = Previewer(
             store=self.store,
-            engine=self.engine,
+            sources=sources,
             registry=self.registry,
             defaults=cfg.sync.paginator,
         )

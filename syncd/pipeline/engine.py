@@ -11,13 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import (
-    AsyncGenerator,
-    AsyncIterator,
-    Callable,
-    Collection,
-    Mapping,
-)
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -25,18 +19,15 @@ from typing import Any
 import structlog
 
 from syncd import rules
-from syncd.errors import Aborted, ClientError, Fenced, NotFound, SyncdError
+from syncd.errors import Aborted, Fenced, NotFound, SyncdError
 from syncd.http.paginator import AsyncCursorPaginator, CancelToken
-from syncd.http.transport import Transport
 from syncd.indexing.maintenance import Maintenance
 from syncd.models import (
     ABORTED_ERROR,
     Connector,
     Crawl,
-    DocumentInput,
-    Page,
     PruneResult,
-    Rejection,
+    Run,
     RunOutcome,
     RunTrigger,
     Waiting,
@@ -46,14 +37,14 @@ from syncd.models import (
 )
 from syncd.observability.logs import describe_error
 from syncd.observability.metrics import Metrics
+from syncd.pipeline.builder import SourceBuilder
+from syncd.pipeline.pages import CursorRejected, PreparedPage, checkpoint, guard_resume, read_ahead
 from syncd.pipeline.prepare import Preparer
 from syncd.plugins import Registry
 from syncd.queue.base import WorkQueue
 from syncd.runtime.pacing import Pacer
 from syncd.runtime.tasks import cancel_and_wait
 from syncd.service.changes import Notify
-from syncd.sources.base import Source, SourceContext, StatefulSource
-from syncd.sources.threaded import as_async
 from syncd.store.base import Store
 
 log = structlog.get_logger("syncd.pipeline.engine")
@@ -89,7 +80,7 @@ class SyncEngine:
         *,
         store: Store,
         queue: WorkQueue,
-        transport: Transport,
+        sources: SourceBuilder,
         registry: Registry,
         metrics: Metrics,
         heartbeat_seconds: float = 1.0,
@@ -99,7 +90,7 @@ class SyncEngine:
     ) -> None:
         self._store = store
         self._queue = queue
-        self._transport = transport
+        self._sources = sources
         self._registry = registry
         self._on_change = on_change
         self._metrics = metrics
@@ -251,7 +242,7 @@ class SyncEngine:
             try:
                 await self._paginate(connector, handle, connector.resume_cursor)
                 return
-            except _CursorRejected as exc:
+            except CursorRejected as exc:
                 log.warning("sync.resume_rejected", status=exc.status)
                 handle.note = f"resume cursor rejected with HTTP {exc.status}; started over"
         await self._paginate(connector, handle, None)
@@ -263,8 +254,11 @@ class SyncEngine:
             connector, resuming=resuming, now=utcnow(), new_crawl_id=new_id()
         )
         handle.crawl = crawl
-        source = self.build_source(
-            connector, resuming=resuming, handle=handle, full=crawl is not None and crawl.full
+        source = self._sources.build(
+            connector,
+            resuming=resuming,
+            full=crawl is not None and crawl.full,
+            on_wait=lambda reason, seconds: self._on_wait(handle, reason, seconds),
         )
         id_field = str(connector.source.get("id_field", "id"))
         tombstones = rules.deleted_field(connector.source)
@@ -272,7 +266,7 @@ class SyncEngine:
         indexed_on_commit = kind.indexed_on_commit
         handle.delete_at_once = rules.deletes_at_once(kind)
         pages = AsyncCursorPaginator(
-            _guard_resume(source, start, connector.retry_on_status),
+            guard_resume(source, start, connector.retry_on_status),
             max_retries=connector.page_retries,
             backoff_factor=connector.page_retry_backoff,
             retry_on_status=tuple(connector.retry_on_status),
@@ -283,7 +277,7 @@ class SyncEngine:
             on_retry=lambda exc, attempt: self._metrics.page_retries.inc(),
         )
 
-        async def prepared() -> AsyncIterator[_Prepared]:
+        async def prepared() -> AsyncIterator[PreparedPage]:
             # Runs in the read-ahead task: records become documents, and the source's state
             # is taken right after its page, while the previous page is being committed.
             async for page in pages:
@@ -304,12 +298,12 @@ class SyncEngine:
                     log.warning(
                         "sync.records_rejected", count=len(rejected), reason=rejected[0].reason
                     )
-                yield _Prepared(
-                    page.next_cursor, docs, _checkpoint(source), tuple(rejected), tuple(gone)
+                yield PreparedPage(
+                    page.next_cursor, docs, checkpoint(source), tuple(rejected), tuple(gone)
                 )
                 await self._pacer.turn()  # before the next fetch (and its decoding)
 
-        reader = _read_ahead(prepared(), name=f"fetch:{cid}")
+        reader = read_ahead(prepared(), name=f"fetch:{cid}")
         async with contextlib.aclosing(reader):
             await self._commit_pages(connector, handle, reader, indexed_on_commit)
 
@@ -317,7 +311,7 @@ class SyncEngine:
         self,
         connector: Connector,
         handle: _Handle,
-        items: AsyncIterator[_Prepared],
+        items: AsyncIterator[PreparedPage],
         indexed_on_commit: bool,
     ) -> None:
         cid, run_id = connector.id, handle.run_id
@@ -348,42 +342,6 @@ class SyncEngine:
                 await self._on_change(cid)
             # On a graceful stop the token is set: the next fetch raises Aborted, but pages
             # already fetched are still committed first, so the run resumes after them.
-
-    def build_source(
-        self,
-        connector: Connector,
-        resuming: bool,
-        handle: _Handle | None = None,
-        *,
-        full: bool = False,
-        persist: bool = True,
-    ) -> Source:
-        """The connector's source, built as a run builds it. ``persist``: what the source
-        must keep across restarts (a rotated refresh token) is saved in the store — false for
-        a connector that is not stored (the preview of a body)."""
-        kind = self._registry.source(connector.source)
-        cid = connector.id
-        context = SourceContext(
-            connector_id=cid,
-            transport=self._transport,
-            state=rules.start_state(connector, resuming=resuming, full=full),
-            resuming=resuming,
-            on_wait=(
-                (lambda reason, seconds: self._on_wait(handle, reason, seconds))
-                if handle is not None
-                else None
-            ),
-            secret_state=connector.secret_state,
-            save_secret_state=(
-                (lambda key, value: self._store.save_secret_state(cid, key, value))
-                if persist
-                else None
-            ),
-        )
-        # Plugin sources do not register their secrets themselves.
-        self._registry.register_secrets(connector.source, connector.indexer)
-        # A plugin's plain ``def fetch_page`` (a blocking SDK) runs in a worker thread.
-        return as_async(kind.factory(connector.source, context))
 
     def _on_wait(self, handle: _Handle, reason: WaitReason, seconds: float) -> None:
         handle.waiting = Waiting(reason, utcnow() + timedelta(seconds=seconds))
@@ -497,14 +455,7 @@ class SyncEngine:
             if run is not None:
                 if run.outcome is not RunOutcome.RUNNING:
                     outcome = run.outcome
-                counts = {
-                    "pages": run.pages,
-                    "documents_seen": run.documents_seen,
-                    "documents_enqueued": run.documents_enqueued,
-                    "documents_rejected": run.documents_rejected,
-                    "documents_deleted": run.deleted,
-                    "deletions_held": run.deletions_held,
-                }
+                counts = _counts(run)
         seconds = self._metrics.run_ended(handle.run_id, handle.trigger, outcome)
         log.info(
             "sync.ended",
@@ -515,94 +466,13 @@ class SyncEngine:
         )
 
 
-_END = object()
-
-
-@dataclass(frozen=True)
-class _Prepared:
-    """A fetched page, ready to commit."""
-
-    next_cursor: str | None
-    documents: list[DocumentInput]
-    state: Mapping[str, Any]
-    rejected: tuple[Rejection, ...] = ()  # records that did not become documents
-    deletions: tuple[str, ...] = ()  # external ids of tombstones
-
-
-async def _read_ahead(
-    items: AsyncIterator[_Prepared], *, name: str
-) -> AsyncGenerator[_Prepared, None]:
-    """Yield ``items`` while the next one is already being fetched and prepared.
-
-    The paginator's own rules still decide every request (cancel token checked before each,
-    throttle between pages); this only lets the request for page N+1 overlap the commit of
-    page N. At most one page waits here uncommitted; an abort discards it, and the next run
-    resumes from the last committed cursor.
-    """
-    ready: asyncio.Queue[object] = asyncio.Queue(maxsize=1)
-
-    async def reader() -> None:
-        try:
-            async for item in items:
-                await ready.put(item)
-        except Exception as exc:
-            await ready.put(exc)
-        else:
-            await ready.put(_END)
-
-    task = asyncio.create_task(reader(), name=name)
-    try:
-        while True:
-            item = await ready.get()
-            if item is _END:
-                return
-            if isinstance(item, BaseException):
-                raise item
-            assert isinstance(item, _Prepared)
-            yield item
-    finally:
-        await cancel_and_wait(task)
-
-
-class _CursorRejected(SyncdError):
-    """The source answered the resume cursor with a 4xx: the crawl starts over."""
-
-    def __init__(self, status: int) -> None:
-        super().__init__(f"resume cursor rejected with HTTP {status}")
-        self.status = status
-
-
-#: 4xx answers that say nothing about the cursor: retried or failed, never a restart.
-_NOT_A_CURSOR_REJECTION = frozenset({401, 403, 407, 408, 429})
-
-
-def _guard_resume(
-    source: Source, resume_cursor: str | None, retry_on_status: Collection[int]
-) -> Callable[[str | None], Any]:
-    """``fetch_page`` that turns a 4xx answer to the resume cursor into ``_CursorRejected``
-    (until the first page arrives), except for statuses that are retried or that are about
-    credentials or rate limits rather than the cursor."""
-    resumed = False
-
-    async def fetch(cursor: str | None) -> Page:
-        nonlocal resumed
-        if resumed or resume_cursor is None or cursor != resume_cursor:
-            return await source.fetch_page(cursor)
-        try:
-            page = await source.fetch_page(cursor)
-        except ClientError as exc:
-            if exc.status in retry_on_status or exc.status in _NOT_A_CURSOR_REJECTION:
-                raise
-            raise _CursorRejected(exc.status) from exc
-        resumed = True
-        return page
-
-    return fetch
-
-
-def _checkpoint(source: Source) -> Mapping[str, Any]:
-    if isinstance(source, StatefulSource):
-        value = source.checkpoint()
-        if isinstance(value, Mapping):
-            return value
-    return {}
+def _counts(run: Run) -> dict[str, Any]:
+    """What ``sync.ended`` logs of a run's row."""
+    return {
+        "pages": run.pages,
+        "documents_seen": run.documents_seen,
+        "documents_enqueued": run.documents_enqueued,
+        "documents_rejected": run.documents_rejected,
+        "documents_deleted": run.deleted,
+        "deletions_held": run.deletions_held,
+    }

@@ -1,8 +1,9 @@
 """Previews (``POST /connectors/preview``): the first pages of a connector body or of an
 existing connector, fetched the way a run would, writing nothing.
 
-:class:`Previewer` builds the connector's source through the engine (the shared transport,
-its secrets registered for masking, the state of the last completed crawl), pages through it
+:class:`Previewer` builds the connector's source as a run does
+(:class:`~syncd.pipeline.builder.SourceBuilder`: the shared transport, its secrets registered
+for masking, the state of the last completed crawl), pages through it
 with the connector's paginator keys, and turns each page's records into documents as a run
 would (:func:`syncd.pipeline.inputs.document_inputs`); for an existing connector it also
 compares them with the stored documents.
@@ -21,7 +22,7 @@ from syncd.errors import Aborted, NotFound, ValidationError
 from syncd.http.paginator import AsyncCursorPaginator, CancelToken
 from syncd.models import Connector, DocumentInput, PaginatorSettings, Rejection, new_id, utcnow
 from syncd.observability.logs import describe_error
-from syncd.pipeline.engine import SyncEngine
+from syncd.pipeline.builder import SourceBuilder
 from syncd.pipeline.inputs import document_inputs
 from syncd.plugins import Registry
 from syncd.schema import spec
@@ -73,12 +74,12 @@ class Previewer:
         self,
         *,
         store: Store,
-        engine: SyncEngine,
+        sources: SourceBuilder,
         registry: Registry,
         defaults: PaginatorSettings,
     ) -> None:
         self._store = store
-        self._engine = engine
+        self._sources = sources
         self._registry = registry
         self._defaults = defaults
 
@@ -103,9 +104,9 @@ class Previewer:
         request: Mapping[str, Any] | None = None
         pages: list[PreviewPage] = []
         try:
-            # The engine builds the source as a run does: the shared transport, its secrets
+            # Built as a run builds its source: the shared transport, its secrets
             # registered for masking, the state of the last completed crawl.
-            source = self._engine.build_source(connector, resuming=False, persist=existing)
+            source = self._sources.build(connector, resuming=False, persist=existing)
             describe = getattr(source, "describe_request", None)
             request = describe(None) if callable(describe) else None
             paginator = AsyncCursorPaginator(
