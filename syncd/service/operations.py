@@ -214,7 +214,8 @@ class ConnectorService:
         """
         # Shielded: a caller cancelled after the claim committed must not leave the
         # connector `running` with no task; the claim and the start happen together.
-        return await asyncio.shield(self._trigger(connector_id))
+        claim = asyncio.create_task(self._trigger(connector_id), name=f"trigger:{connector_id}")
+        return await asyncio.shield(claim)
 
     async def _trigger(self, connector_id: str) -> str | None:
         run_id = new_id()
