@@ -222,14 +222,15 @@ class PrunePlan:
     transition's transaction.
 
     ``*_UNSEEN``: the live documents not stamped with ``crawl_id`` (and not already being
-    deleted); ``DELETE_HELD``: those the guard held. ``immediate``: they become ``deleted`` at
-    once (the indexer has nothing to call); otherwise ``pending`` with ``op = delete``, to be
-    enqueued. ``run_id``: the run whose ``deleted`` / ``deletions_held`` counts them.
+    deleted); ``DELETE_HELD``: those the guard held. ``delete_at_once``: they become ``deleted``
+    at once (the indexer has nothing to call: :func:`syncd.rules.deletes_at_once`); otherwise
+    ``pending`` with ``op = delete``, to be enqueued. ``run_id``: the run whose ``deleted`` /
+    ``deletions_held`` counts them.
     """
 
     action: PruneAction
     crawl_id: str | None = None
-    immediate: bool = False
+    delete_at_once: bool = False
     run_id: str | None = None
 
 

@@ -31,6 +31,7 @@ from pydantic import BaseModel
 from syncd.errors import ConfigError
 from syncd.indexers.base import Indexer, IndexerContext, IndexerFactory
 from syncd.models import Connector
+from syncd.observability.logs import register_secret
 from syncd.schema.kinds import (
     HttpSourceConfig,
     OpenSearchIndexerConfig,
@@ -87,7 +88,7 @@ class IndexerKind:
     ``supports_delete``: its instances have ``async delete(document)``, called for documents
     gone at the source (DESIGN.md §11); without it they are marked ``deleted`` without a call.
     A kind that is ``indexed_on_commit`` or does not support delete deletes at once, in the
-    transaction that decides it (no queue).
+    transaction that decides it (no queue: :func:`syncd.rules.deletes_at_once`).
     """
 
     name: str
@@ -248,6 +249,13 @@ class Registry:
         found.update((i_kind.secrets if i_kind else indexer_secrets)(indexer))
         return found
 
+    def register_secrets(self, source: Mapping[str, Any], indexer: Mapping[str, Any]) -> None:
+        """Have the log redaction mask every secret of these configs (:meth:`secrets`): the
+        one way a connector's secrets are registered — when it is created or patched, when
+        the daemon starts, before its source or its indexer is built."""
+        for value in self.secrets(source, indexer):
+            register_secret(value)
+
 
 class Indexers:
     """The indexers of this instance's connectors, built once per connector config."""
@@ -256,11 +264,9 @@ class Indexers:
         self,
         registry: Registry,
         context: Callable[[str], IndexerContext],
-        register_secrets: Callable[[Mapping[str, Any], Mapping[str, Any]], None],
     ) -> None:
         self._registry = registry
         self._context = context
-        self._register_secrets = register_secrets
         self._cache: dict[str, tuple[Any, Indexer, IndexerKind]] = {}
 
     def __call__(self, connector: Connector) -> tuple[Indexer, IndexerKind]:
@@ -271,7 +277,7 @@ class Indexers:
         if cached is not None and cached[0] == key:
             return cached[1], cached[2]
         kind = self._registry.indexer(connector.indexer)
-        self._register_secrets({}, connector.indexer)
+        self._registry.register_secrets({}, connector.indexer)
         indexer = kind.factory(connector.indexer, self._context(connector.id))
         self._cache[connector.id] = (key, indexer, kind)
         return indexer, kind

@@ -1,9 +1,10 @@
-"""The scheduler tick (DESIGN.md §5) and admission control (``[sync] max_concurrent_runs``).
+"""The scheduler tick (DESIGN.md §5).
 
 Every ``tick_seconds`` — and at once when a run slot frees while work waits — a tick asks
 the store how many connectors it could act on (due schedules and queued manual triggers,
-one indexed query), reserves that many of this instance's free run slots, and claims them in
-bulk (``Store.claim_due``): one transaction locks the oldest rows, applies the pure rule
+one indexed query), reserves that many of this instance's free run slots
+(:class:`~syncd.pipeline.admission.Admission`, ``[sync] max_concurrent_runs``), and claims
+them in bulk (``Store.claim_due``): one transaction locks the oldest rows, applies the pure rule
 :func:`syncd.rules.admit` to each, and writes every result. Because the rule advances
 ``next_run_at`` (and clears a queued trigger) in that transaction, a tick fires once even
 when several instances share the store; on PostgreSQL ``SKIP LOCKED`` lets them share the
@@ -23,7 +24,7 @@ import structlog
 from syncd import rules
 from syncd.errors import SyncdError
 from syncd.models import Connector, RunTrigger, SyncStatus, Transition, new_id, utcnow
-from syncd.pipeline.engine import SyncEngine
+from syncd.pipeline.admission import Admission, Claimed
 from syncd.store.base import Store
 
 log = structlog.get_logger("syncd.scheduler")
@@ -41,14 +42,14 @@ class Scheduler:
         self,
         *,
         store: Store,
-        engine: SyncEngine,
+        admission: Admission,
         owner: str,
         tick_seconds: float = 5.0,
         stale_lock_seconds: float = 3600.0,
         clock: Callable[[], datetime] = utcnow,
     ) -> None:
         self._store = store
-        self._engine = engine
+        self._admission = admission
         self._owner = owner
         self.tick_seconds = tick_seconds
         self.stale_lock_seconds = stale_lock_seconds
@@ -61,7 +62,6 @@ class Scheduler:
         #: Ticks of :meth:`run` completed (a caller driving :meth:`tick` itself can wait for
         #: the loop's catch-up tick first).
         self.loop_ticks = 0
-        engine.on_slot_free = self.slot_freed
 
     async def run(self) -> None:
         """Tick until :meth:`stop`; the first tick runs at once (catch-up after downtime).
@@ -108,29 +108,25 @@ class Scheduler:
         """Start what is due or queued, oldest first, in the free run slots; returns the
         run ids started."""
         now = self._clock()
-        free = self._engine.free_slots
+        free = self._admission.free_slots
         # One indexed count: a tick with nothing to do ends here. It asks for one more than
         # the free slots, to know whether work will be left waiting.
         admissible = await self._store.count_admissible(now, limit=free + 1)
         self._backlog = admissible > free
         if admissible == 0 or free == 0:
             return []
-        reserved = self._engine.reserve(min(admissible, free))
-        claimed: list[tuple[Connector, RunTrigger]] = []
-        try:
-            await self._claim(now, reserved, claimed)
-        finally:
-            # The runs start once every batch is claimed: on SQLite's one connection, runs
-            # started earlier would queue their writes ahead of the next batch's claim. Also
-            # when the tick is cancelled: a claimed run never stays without its task.
-            for after, trigger in claimed:
-                self._engine.start(after, trigger)
-            self._engine.release(reserved - len(claimed), notify=False)
-        return [after.run_id for after, _ in claimed if after.run_id is not None]
 
-    async def _claim(
-        self, now: datetime, reserved: int, claimed: list[tuple[Connector, RunTrigger]]
-    ) -> None:
+        async def claim(slots: int, claimed: list[Claimed]) -> None:
+            await self._claim(now, slots, claimed)
+
+        # The runs start once every batch is claimed: on SQLite's one connection, runs started
+        # earlier would queue their writes ahead of the next batch's claim.
+        started = await self._admission.claim_and_start(
+            claim, wanted=min(admissible, free), notify=False
+        )
+        return [after.run_id for after, _ in started or () if after.run_id is not None]
+
+    async def _claim(self, now: datetime, reserved: int, claimed: list[Claimed]) -> None:
         stale_before = now - timedelta(seconds=self.stale_lock_seconds)
 
         def change(c: Connector) -> Transition:

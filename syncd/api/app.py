@@ -1,18 +1,22 @@
 """The aiohttp application of the control API: routes, errors, auth and metrics.
 
-``build_app(daemon)`` registers every route of :data:`syncd.api.routes.ROUTES` and serves the
-OpenAPI document generated from that same table. Middlewares, outermost first:
+``build_app(service, system, api)`` is called by the daemon, which hands over its operations:
+the :class:`~syncd.service.operations.ConnectorService` the connector routes call, and the
+:class:`~syncd.api.routes.System` (readiness, ``/status``, metrics, the events hub) the system
+routes read. It registers every route of :data:`syncd.api.routes.ROUTES` (a wrong method on a
+path answers 405 with that path's methods), the dashboard's assets (:mod:`syncd.ui`), and
+serves the OpenAPI document generated from that same table. Middlewares, outermost first:
 
-- pacing (with a :class:`~syncd.runtime.pacing.Pacer`): the request counts as in flight until its
-  handler returns, its answer starts (a stream) or ``REQUEST_PRIORITY_SECONDS`` have passed,
-  and background work waits meanwhile;
-0. access (only with ``log.access``): one structured ``api.access`` debug line per request
+1. pacing (with a :class:`~syncd.runtime.pacing.Pacer`): the request counts as in flight until
+   its handler returns, its answer starts (a stream) or ``REQUEST_PRIORITY_SECONDS`` have
+   passed, and background work waits meanwhile;
+2. access (only with ``log.access``): one structured ``api.access`` debug line per request
    (method, path, status, duration_ms), instead of aiohttp's Apache-style access log;
-1. metrics: request latency per canonical route pattern, method and status;
-2. errors: syncd's exceptions and aiohttp's HTTP errors become ``{"detail": ...}`` JSON; a
+3. metrics: request latency per canonical route pattern, method and status;
+4. errors: syncd's exceptions and aiohttp's HTTP errors become ``{"detail": ...}`` JSON; a
    store or queue outage is answered 503; an unexpected exception is logged and answered 500
    without a traceback;
-3. auth (only with a token configured): ``Authorization: Bearer <token>`` on every route
+5. auth (only with a token configured): ``Authorization: Bearer <token>`` on every route
    but ``/healthz`` (and ``/readyz`` with ``api.public_health``) and the dashboard's static
    assets (``/ui/``, :mod:`syncd.ui`).
 """

@@ -13,6 +13,8 @@ from typing import Any
 
 from aiohttp import web
 
+from syncd.service.cursors import CURSOR_MAX_LENGTH, CURSOR_PATTERN
+
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -66,21 +68,6 @@ class Route:
 def _ref(name: str) -> dict[str, str]:
     return {"$ref": f"#/components/schemas/{name}"}
 
-
-CURSOR_MAX_LENGTH = 1024
-_B64 = "[A-Za-z0-9_-]"
-# A list cursor: base64url without padding (never 4n+1 characters long) of text without NUL,
-# or "~". The lookaheads refuse each way a group of 4 (or the last 2 or 3) characters can
-# encode a zero byte: A[A-P] (first byte), .[AQgw][A-D] (second), ..[AEIMQUYcgkosw048]A (third).
-_NO_ZERO_1 = "(?!A[A-P])"
-_NO_ZERO_2 = f"(?!{_B64}[AQgw][A-D])"
-_NO_ZERO_3 = f"(?!{_B64}{{2}}[AEIMQUYcgkosw048]A)"
-CURSOR_PATTERN = (
-    f"^(~|({_NO_ZERO_1}{_NO_ZERO_2}{_NO_ZERO_3}{_B64}{{4}})*"
-    f"({_NO_ZERO_1}{_NO_ZERO_2}{_NO_ZERO_3}{_B64}{{4}}"
-    f"|{_NO_ZERO_1}{_B64}{{2}}"
-    f"|{_NO_ZERO_1}{_NO_ZERO_2}{_B64}{{3}}))$"
-)
 
 _TIME = {"type": ["string", "null"], "format": "date-time"}
 _STR_OR_NULL = {"type": ["string", "null"]}

@@ -6,27 +6,24 @@ the part of the request (``body``, ``query.limit``, ``query.cursor``) or a 404, 
 
 from __future__ import annotations
 
-import base64
 import json
-import re
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from enum import StrEnum
 from typing import Any, TypeVar
 
 from aiohttp import web
 
-from syncd.api.openapi import CURSOR_MAX_LENGTH
 from syncd.errors import NotFound, ValidationError
-from syncd.schema.spec import MSG_NOT_OBJECT, text_problem
-from syncd.service.operations import ConnectorService, encode_cursor
+from syncd.schema.fields import MSG_NOT_OBJECT
+from syncd.schema.spec import text_problem
+from syncd.service.cursors import parse_cursor
+from syncd.service.operations import ConnectorService
 
 SERVICE: web.AppKey[ConnectorService] = web.AppKey("syncd.service")
 
 LIMIT_DEFAULT = 100
 LIMIT_MAX = 1000
 _LIMIT_DIGITS = 10  # more is out of range anyway, and int() refuses over 4300 digits
-EMPTY_CURSOR = "~"  # the cursor of an empty id (service.encode_cursor)
-_BASE64URL = re.compile(r"[A-Za-z0-9_-]+")
 
 _E = TypeVar("_E", bound=StrEnum)
 _T = TypeVar("_T")
@@ -91,32 +88,23 @@ def status_param(request: web.Request, enum: type[_E]) -> _E | None:
 
 
 def cursor_param(request: web.Request) -> str | None:
-    """The ``cursor`` query parameter: exactly what ``openapi.CURSOR_PATTERN`` describes.
-
-    A cursor is opaque but forgeable. Any base64url text (unpadded) is a position in the
-    list, even one this daemon did not hand out; bytes that are not UTF-8 are read with
-    U+FFFD in their place. One that decodes to a NUL is refused (no store can compare it:
-    PostgreSQL fails), and so is anything that is not base64url.
-    """
+    """The ``cursor`` query parameter (:func:`syncd.service.cursors.parse_cursor`)."""
     raw = request.query.get("cursor")
-    return None if raw is None else parse_cursor(raw)
-
-
-def parse_cursor(raw: str) -> str:
-    """A ``cursor`` query value as the service takes it (see :func:`cursor_param`);
-    :class:`ValidationError` (``query.cursor``) when refused."""
-    if raw == EMPTY_CURSOR:
-        return raw
-    if len(raw) > CURSOR_MAX_LENGTH or len(raw) % 4 == 1 or not _BASE64URL.fullmatch(raw):
-        raise ValidationError({"query.cursor": "Invalid cursor"})
-    data = base64.b64decode(raw + "=" * (-len(raw) % 4), altchars=b"-_", validate=True)
-    if b"\0" in data:
-        raise ValidationError({"query.cursor": "Invalid cursor"})
+    if raw is None:
+        return None
     try:
-        data.decode()
-    except UnicodeDecodeError:
-        return encode_cursor(data.decode(errors="replace"))
-    return raw
+        return parse_cursor(raw)
+    except ValidationError as exc:
+        raise _in_query(exc) from None
+
+
+async def connector_query(request: web.Request, parse: Callable[[], _T]) -> _T:
+    """The query parameters ``parse`` reads from a request about the path's connector; when
+    they are invalid, the service answers (404 for an unknown connector, before the 422)."""
+    try:
+        return parse()
+    except ValidationError as exc:
+        await service_of(request).reject(path_id(request), exc)
 
 
 async def listing(call: Awaitable[_T]) -> _T:
@@ -125,6 +113,11 @@ async def listing(call: Awaitable[_T]) -> _T:
     try:
         return await call
     except ValidationError as exc:
-        raise ValidationError(
-            {k if k.startswith("query.") else f"query.{k}": v for k, v in exc.errors.items()}
-        ) from None
+        raise _in_query(exc) from None
+
+
+def _in_query(exc: ValidationError) -> ValidationError:
+    """``exc`` with its fields named as query parameters (``cursor`` → ``query.cursor``)."""
+    return ValidationError(
+        {k if k.startswith("query.") else f"query.{k}": v for k, v in exc.errors.items()}
+    )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Mapping
 from typing import Any, Protocol, TypeVar
 
 import orjson
@@ -17,6 +18,7 @@ from aiohttp import web
 from syncd.api import views
 from syncd.api.openapi import Reply, Route
 from syncd.api.params import (
+    connector_query,
     cursor_param,
     json_object,
     limit_param,
@@ -25,17 +27,19 @@ from syncd.api.params import (
     service_of,
     status_param,
 )
-from syncd.errors import NotFound, ValidationError
+from syncd.errors import ValidationError
 from syncd.models import Connector, ConnectorStatus, DocStatus, SyncStatus
 from syncd.observability.metrics import Metrics
 from syncd.runtime.tasks import cancel_and_wait
 from syncd.schema.spec import text_problem
 from syncd.service.events import MAX_FILTER_IDS, EventHub
-from syncd.service.operations import Preview
+from syncd.service.preview import Preview
 
 
 class System(Protocol):
-    """What the system routes read of the daemon: readiness, metrics and the events."""
+    """What the routes reach of the daemon besides the connector operations of its
+    :class:`~syncd.service.operations.ConnectorService`: readiness, status, metrics, the
+    events and previews."""
 
     @property
     def metrics(self) -> Metrics: ...
@@ -46,6 +50,8 @@ class System(Protocol):
     async def readiness(self) -> dict[str, str]: ...
 
     async def status(self) -> dict[str, Any]: ...
+
+    async def preview(self, body: Mapping[str, Any]) -> Preview: ...
 
 
 SYSTEM: web.AppKey[System] = web.AppKey("syncd.system")
@@ -138,8 +144,9 @@ async def abort_sync(request: web.Request) -> web.Response:
 
 async def list_runs(request: web.Request) -> web.Response:
     """``GET /connectors/{id}/runs``."""
-    await service_of(request).get_connector(path_id(request))  # 404 before 422
-    limit, cursor = limit_param(request), cursor_param(request)
+    limit, cursor = await connector_query(
+        request, lambda: (limit_param(request), cursor_param(request))
+    )
     runs, next_cursor = await listing(
         service_of(request).list_runs(path_id(request), limit=limit, cursor=cursor)
     )
@@ -150,11 +157,9 @@ async def list_runs(request: web.Request) -> web.Response:
 
 async def list_documents(request: web.Request) -> web.Response:
     """``GET /connectors/{id}/documents``."""
-    await service_of(request).get_connector(path_id(request))  # 404 before 422
-    status, limit, cursor = (
-        status_param(request, DocStatus),
-        limit_param(request),
-        cursor_param(request),
+    status, limit, cursor = await connector_query(
+        request,
+        lambda: (status_param(request, DocStatus), limit_param(request), cursor_param(request)),
     )
     documents, next_cursor = await listing(
         service_of(request).list_documents(
@@ -168,11 +173,9 @@ async def list_documents(request: web.Request) -> web.Response:
 
 async def get_document(request: web.Request) -> web.Response:
     """``GET /connectors/{id}/documents/{external_id}``."""
-    connector_id, external_id = path_id(request), request.match_info["external_id"]
-    if text_problem(external_id):  # no store holds such an id (PostgreSQL cannot compare it)
-        await service_of(request).get_connector(connector_id)  # 404 Connector not found first
-        raise NotFound("Document not found")
-    document = await service_of(request).get_document(connector_id, external_id)
+    document = await service_of(request).get_document(
+        path_id(request), request.match_info["external_id"]
+    )
     # orjson embeds the stored payload text as it is (see views.document_json).
     body = orjson.dumps(views.document_json(document, with_payload=True))
     return web.Response(body=body, content_type="application/json")
@@ -210,7 +213,7 @@ async def preview_connector(request: web.Request) -> web.Response:
     pages = body.get("pages")
     if isinstance(pages, float) and pages.is_integer():
         body["pages"] = int(pages)  # 2.0 is the integer 2 in JSON (see schema.fields)
-    work = asyncio.create_task(service_of(request).preview(body), name="api:preview")
+    work = asyncio.create_task(request.app[SYSTEM].preview(body), name="api:preview")
     watch = asyncio.create_task(_client_gone(request), name="api:preview:client")
     try:
         await asyncio.wait({work, watch}, return_when=asyncio.FIRST_COMPLETED)

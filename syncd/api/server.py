@@ -11,26 +11,22 @@ import contextlib
 import os
 import socket
 import stat
-import warnings
 from collections.abc import Callable, Sequence
 
 from aiohttp import web
 
 from syncd.config.listen import (
     LISTEN_KEY,
-    UNIX_PREFIX,
     TcpAddress,
     UnixAddress,
     check_exposure,
     explain_listen_error,
-    is_loopback_host,
     parse_listen,
 )
 from syncd.errors import ConfigError
 
-__all__ = ["KEY", "UNIX_PREFIX", "UNIX_SOCKET_MODE", "is_loopback", "parse_host_port", "start_api"]
+__all__ = ["UNIX_SOCKET_MODE", "start_api"]
 
-KEY = LISTEN_KEY
 UNIX_SOCKET_MODE = 0o600
 
 _SiteFactory = Callable[[web.AppRunner], web.BaseSite]
@@ -81,38 +77,8 @@ def _parse(listen: str) -> TcpAddress | UnixAddress:
     try:
         return parse_listen(listen)
     except ValueError as exc:
-        raise ConfigError(KEY, f"expected {explain_listen_error(exc)}, got {listen!r}") from None
-
-
-def parse_host_port(listen: str) -> tuple[str, int]:
-    """Deprecated: use :func:`syncd.config.listen.parse_listen`.
-
-    ``127.0.0.1:8765`` / ``[::1]:0`` / ``:8765`` (every interface) → ``(host, port)``;
-    :class:`ConfigError` (``api.listen``) when malformed or a unix socket.
-    """
-    warnings.warn(
-        "syncd.api.server.parse_host_port is deprecated: use syncd.config.listen.parse_listen",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    address = _parse(listen)
-    if not isinstance(address, TcpAddress):
-        raise ConfigError(KEY, f"expected host:port or [ipv6]:port, got {listen!r}")
-    return address.host, address.port
-
-
-def is_loopback(host: str) -> bool:
-    """Deprecated: use :func:`syncd.config.listen.is_loopback_host` (a host) or
-    :func:`syncd.config.listen.is_loopback` (a parsed address).
-
-    True for ``localhost`` and loopback IP literals; every other name counts as exposed.
-    """
-    warnings.warn(
-        "syncd.api.server.is_loopback is deprecated: use syncd.config.listen.is_loopback_host",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    return is_loopback_host(host)
+        problem = f"expected {explain_listen_error(exc)}, got {listen!r}"
+        raise ConfigError(LISTEN_KEY, problem) from None
 
 
 def _socket_address(sock: socket.socket) -> TcpAddress | UnixAddress:
@@ -132,9 +98,9 @@ def _bind_unix(path: str) -> socket.socket:
         pass
     else:
         if not stat.S_ISSOCK(mode):
-            raise ConfigError(KEY, f"{path} exists and is not a socket")
+            raise ConfigError(LISTEN_KEY, f"{path} exists and is not a socket")
         if _in_use(path):
-            raise ConfigError(KEY, f"{path} is in use by another process")
+            raise ConfigError(LISTEN_KEY, f"{path} is in use by another process")
         os.unlink(path)  # left behind by a process that did not stop cleanly
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
@@ -144,7 +110,7 @@ def _bind_unix(path: str) -> socket.socket:
         os.chmod(path, UNIX_SOCKET_MODE)
     except OSError as exc:
         sock.close()
-        raise ConfigError(KEY, f"cannot bind {path}: {exc.strerror or exc}") from exc
+        raise ConfigError(LISTEN_KEY, f"cannot bind {path}: {exc.strerror or exc}") from exc
     sock.setblocking(False)
     return sock
 
@@ -190,7 +156,7 @@ async def _serve(app: web.Application, *make_sites: _SiteFactory) -> web.AppRunn
             await make_site(runner).start()
     except OSError as exc:
         await runner.cleanup()
-        raise ConfigError(KEY, f"cannot listen: {exc.strerror or exc}") from exc
+        raise ConfigError(LISTEN_KEY, f"cannot listen: {exc.strerror or exc}") from exc
     except BaseException:
         await runner.cleanup()
         raise

@@ -72,7 +72,9 @@ async def _connector_updates(
     response = await _open_events(api, cid)
     if response is not None:
         states: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
-        reader = asyncio.create_task(_read_connector_events(response, cid, states))
+        reader = asyncio.create_task(
+            _read_connector_events(response, cid, states), name=f"follow-events:{cid}"
+        )
         try:
             latest: dict[str, Any] | None = None
             while True:

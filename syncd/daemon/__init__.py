@@ -1,7 +1,8 @@
-"""The daemon: :class:`Daemon`, the composition root (:mod:`~syncd.daemon.core`), and what
-runs it as a service — signals, reload and systemd (:mod:`~syncd.daemon.runner`,
-:mod:`~syncd.daemon.systemd`) and the collector settings of a long-running process
-(:mod:`~syncd.daemon.heap`).
+"""The daemon: :class:`Daemon`, the composition root (:mod:`~syncd.daemon.core`), with its
+embedding API (:mod:`~syncd.daemon.embedding`) and the instances' heartbeat and status
+(:mod:`~syncd.daemon.instances`), and what runs it as a service — signals, reload and
+systemd (:mod:`~syncd.daemon.runner`, :mod:`~syncd.daemon.systemd`) and the collector
+settings of a long-running process (:mod:`~syncd.daemon.heap`).
 """
 
 from __future__ import annotations

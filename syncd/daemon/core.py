@@ -1,6 +1,7 @@
-"""The composition root: wires store, queue, transport, sync engine, scheduler, workers,
-maintenance, the connector service and the API; starts and stops them in order; supervises
-the side tasks.
+"""The composition root: wires store, queue, transport, sync engine, run slots (admission),
+scheduler, workers, maintenance, the connector service, the instance heartbeat
+(:mod:`~syncd.daemon.instances`, ``GET /status``) and the API; starts and stops them in order;
+supervises the side tasks.
 
 Start order: store (migrated) → queue → transport → secrets of stored connectors registered →
 queue rebuilt from the store → delete cascades resumed → workers → side tasks (control
@@ -10,8 +11,8 @@ next page boundary (``interrupted``), indexing finishes within the grace period,
 connections close.
 
 The connector operations live in :class:`syncd.service.operations.ConnectorService`; the
-methods of the same names here (``create_connector``, ``trigger_sync``, ``abort_sync``, …) are
-the embedding API and delegate to it.
+methods of the same names on a daemon (``create_connector``, ``trigger_sync``, ``abort_sync``,
+…) are the embedding API (:mod:`~syncd.daemon.embedding`) and delegate to it.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 import socket
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any
@@ -28,6 +29,8 @@ import structlog
 
 from syncd.api import build_app, start_api, views
 from syncd.config.loader import Config
+from syncd.daemon.embedding import EmbeddingApi
+from syncd.daemon.instances import Instances
 from syncd.errors import SyncdError
 from syncd.http.budget import HostBudgets
 from syncd.http.budget_redis import open_budgets
@@ -35,8 +38,10 @@ from syncd.http.transport import Timeouts, Transport, resolve_timeouts
 from syncd.indexers.base import IndexerContext, IndexerFactory
 from syncd.indexing.maintenance import Maintenance
 from syncd.indexing.workers import Workers
-from syncd.models import Connector, ConnectorStatus, DocStatus, Document, Run, new_id, utcnow
+from syncd.models import new_id, utcnow
 from syncd.observability.metrics import Metrics, refresh_forever, watch_loop_lag
+from syncd.pipeline.admission import Admission
+from syncd.pipeline.builder import SourceBuilder
 from syncd.pipeline.engine import SyncEngine
 from syncd.plugins import IndexerKind, Indexers, Registry, SourceKind
 from syncd.queue import WorkQueue, open_queue
@@ -44,18 +49,21 @@ from syncd.runtime.pacing import Pacer
 from syncd.runtime.tasks import Supervisor
 from syncd.scheduler import Scheduler
 from syncd.service.changes import ChangeFeed
+from syncd.service.control import Control
 from syncd.service.events import EventHub
-from syncd.service.operations import ConnectorService, Preview
+from syncd.service.operations import ConnectorService
+from syncd.service.preview import Previewer
 from syncd.sources.base import SourceFactory
 from syncd.store import Store, open_store
 
 log = structlog.get_logger("syncd.daemon.core")
 
-INSTANCES_SEEN_BEATS = 3  # GET /status lists instances heard from within 3 heartbeats
 
+class Daemon(EmbeddingApi):
+    """A running syncd instance: ``async with Daemon(config) as daemon: ...``.
 
-class Daemon:
-    """A running syncd instance: ``async with Daemon(config) as daemon: ...``."""
+    It wires the components and runs their lifecycle; the connector operations it offers an
+    embedding application are :class:`~syncd.daemon.embedding.EmbeddingApi`'s."""
 
     #: Seconds between two heartbeats of this instance in the store (``GET /status``).
     instance_heartbeat_seconds: float = 5.0
@@ -82,7 +90,6 @@ class Daemon:
         self._serve_api = serve_api
         self._started = False
         self.started_at: datetime | None = None
-        self._heartbeat_at: datetime | None = None
         # Resolved when a side task dies for good: the service runner then exits non-zero.
         self.fatal: asyncio.Future[str] | None = None
         self.api_runner: Any = None
@@ -91,13 +98,16 @@ class Daemon:
         self.transport: Transport
         self.budgets: HostBudgets
         self.engine: SyncEngine
+        self.admission: Admission
         self.workers: Workers
         self.scheduler: Scheduler
         self.maintenance: Maintenance
+        self.control: Control
         self.service: ConnectorService
+        self.previews: Previewer
         self.events: EventHub
+        self.instances: Instances
         self._supervisor: Supervisor
-        self._beat_write: asyncio.Future[None] | None = None
 
     # --- plugins ------------------------------------------------------------------------
 
@@ -140,7 +150,7 @@ class Daemon:
         """Open the backends and start every component on the running loop."""
         cfg = self.config
         self.owner = self._new_owner()
-        self.started_at, self._heartbeat_at = utcnow(), None
+        self.started_at = utcnow()
         self.fatal = asyncio.get_running_loop().create_future()
         self.registry.load_entry_points()
         self.store = self._open_store()
@@ -176,7 +186,7 @@ class Daemon:
             await self.maintenance.resume_cascades()
             self.workers.start()
             spawn = self._supervisor.spawn
-            spawn("control-messages", self.service.listen)
+            spawn("control-messages", self.control.listen)
             spawn("events-notices", self.events.listen)
             spawn("events", self.events.run)
             spawn("queue-lost", self.maintenance.watch_queue_loss)
@@ -184,7 +194,7 @@ class Daemon:
             spawn("scheduler", self.scheduler.run)
             spawn("metrics-refresh", lambda: refresh_forever(self.metrics, self.store, self.queue))
             spawn("loop-lag", lambda: watch_loop_lag(self.metrics))
-            spawn("instance-heartbeat", self._heartbeat_forever)
+            spawn("instance-heartbeat", self.instances.beat_forever)
             if self._serve_api:
                 self.api_runner = await start_api(
                     build_app(self.service, self, cfg.api, access=cfg.log.access, pacer=self.pacer),
@@ -214,31 +224,33 @@ class Daemon:
         """Build the components on the open backends; only this method knows them all."""
         cfg = self.config
         notify = self.changes.notify
-        self.maintenance = Maintenance(store=self.store, queue=self.queue)
-        rebuild = self.maintenance.request_rebuild
-        self.engine = SyncEngine(
-            store=self.store,
-            queue=self.queue,
-            transport=self.transport,
-            registry=self.registry,
-            metrics=self.metrics,
-            heartbeat_seconds=cfg.sync.heartbeat_seconds,
-            on_change=notify,
-            on_push_failed=rebuild,
-            max_runs=cfg.sync.max_concurrent_runs,
-            pacer=self.pacer,
-        )
         indexers = Indexers(
-            self.registry,
-            lambda connector_id: IndexerContext(connector_id, self.transport),
-            lambda source, indexer: self.service.register_secrets(source, indexer),
+            self.registry, lambda connector_id: IndexerContext(connector_id, self.transport)
         )
 
         def deleted(connector_id: str) -> None:
             indexers.forget(connector_id)
             self.changes.record(connector_id)  # the `deleted` event
 
-        self.maintenance.on_deleted = deleted
+        self.maintenance = Maintenance(store=self.store, queue=self.queue, on_deleted=deleted)
+        sources = SourceBuilder(store=self.store, transport=self.transport, registry=self.registry)
+        self.engine = SyncEngine(
+            store=self.store,
+            queue=self.queue,
+            sources=sources,
+            registry=self.registry,
+            metrics=self.metrics,
+            heartbeat_seconds=cfg.sync.heartbeat_seconds,
+            maintenance=self.maintenance,
+            on_change=notify,
+            pacer=self.pacer,
+        )
+        self.admission = Admission(
+            self.engine,
+            max_runs=cfg.sync.max_concurrent_runs,
+            # A freed slot wakes the scheduler (built below) when work waits for one.
+            on_slot_free=lambda: self.scheduler.slot_freed(),
+        )
         self.workers = Workers(
             store=self.store,
             queue=self.queue,
@@ -249,21 +261,25 @@ class Daemon:
             index_timeout=cfg.workers.index_timeout_seconds,
             lease_seconds=cfg.workers.lease_seconds,
             deleted_retention=timedelta(days=cfg.documents.deleted_retention_days),
+            maintenance=self.maintenance,
             on_change=notify,
-            on_push_failed=rebuild,
             pacer=self.pacer,
         )
         self.scheduler = Scheduler(
             store=self.store,
-            engine=self.engine,
+            admission=self.admission,
             owner=self.owner,
             tick_seconds=cfg.scheduler.tick_seconds,
             stale_lock_seconds=cfg.scheduler.stale_lock_seconds,
+        )
+        self.control = Control(
+            queue=self.queue, engine=self.engine, workers=self.workers, wake=self.scheduler.wake
         )
         self.service = ConnectorService(
             store=self.store,
             queue=self.queue,
             engine=self.engine,
+            admission=self.admission,
             workers=self.workers,
             registry=self.registry,
             indexers=indexers,
@@ -272,7 +288,13 @@ class Daemon:
             metrics=self.metrics,
             defaults=cfg.sync.paginator,
             owner=self.owner,
-            wake=self.scheduler.wake,
+            control=self.control,
+        )
+        self.previews = Previewer(
+            store=self.store,
+            sources=sources,
+            registry=self.registry,
+            defaults=cfg.sync.paginator,
         )
         self.events = EventHub(
             store=self.store,
@@ -282,6 +304,17 @@ class Daemon:
             render_connector=views.connector_json,
             render_run=views.run_json,
             heartbeat_seconds=cfg.api.events_heartbeat_seconds,
+        )
+        self.instances = Instances(
+            store=self.store,
+            queue=self.queue,
+            engine=self.engine,
+            workers=self.workers,
+            instance_id=self.instance_id,
+            owner=self.owner,
+            started_at=self.started_at,
+            concurrency=cfg.workers.concurrency,
+            heartbeat_seconds=self.instance_heartbeat_seconds,
         )
         self._supervisor = Supervisor(on_fatal=self._on_fatal)
 
@@ -312,7 +345,7 @@ class Daemon:
         await self.transport.close()
         await self.budgets.close()
         await self.queue.close()
-        await self._forget_instance()
+        await self.instances.forget()
         await self.store.close()
         log.info("daemon.stopped", instance_id=self.instance_id)
 
@@ -349,84 +382,14 @@ class Daemon:
         return result
 
     async def status(self) -> dict[str, Any]:
-        """``GET /status``: this instance (version, owner, workers, running syncs), the
-        queue's depth, and every instance heard from within the last few heartbeats (this
-        one with its live figures)."""
-        from syncd import __version__
-
-        now = utcnow()
-        mine = self._instance_info()
-        since = now - timedelta(seconds=INSTANCES_SEEN_BEATS * self.instance_heartbeat_seconds)
-        instances = {
-            beat.owner: {
-                **beat.info,
-                "owner": beat.owner,
-                "heartbeat_at": views.timestamp(beat.heartbeat_at),
-            }
-            for beat in await self.store.list_instances(since)
-        }
-        instances[self.owner] = {
-            **mine,
-            "owner": self.owner,
-            "heartbeat_at": views.timestamp(self._heartbeat_at),
-        }
-        return {
-            "version": __version__,
-            "instance_id": self.instance_id,
-            "owner": self.owner,
-            "started_at": mine["started_at"],
-            "workers": mine["workers"],
-            "queue": {"depth": await self.queue_depth()},
-            "running_syncs": mine["running_syncs"],
-            "instances": [instances[owner] for owner in sorted(instances)],
-        }
-
-    def _instance_info(self) -> dict[str, Any]:
-        """What this instance reports in its heartbeat."""
-        from syncd import __version__
-
-        return {
-            "instance_id": self.instance_id,
-            "version": __version__,
-            "started_at": views.timestamp(self.started_at),
-            "running_syncs": len(self.engine.running),
-            "workers": {"concurrency": self.config.workers.concurrency, "busy": self.workers.busy},
-        }
+        """``GET /status``: this instance, the queue's depth, and every instance heard from
+        within the last few heartbeats (:meth:`Instances.status`)."""
+        return await self.instances.status()
 
     async def heartbeat(self) -> None:
         """Record this instance's heartbeat in the store now (the side task does it every
         ``instance_heartbeat_seconds``)."""
-        now = utcnow()
-        # Shielded and kept: a stop that cancels the beat mid-write waits for the write before
-        # it removes the instance, or the row could come back after the removal.
-        self._beat_write = asyncio.ensure_future(
-            self.store.heartbeat_instance(self.owner, self._instance_info(), now)
-        )
-        await asyncio.shield(self._beat_write)
-        self._heartbeat_at = now
-
-    async def _heartbeat_forever(self) -> None:
-        # The period is measured from the start of each beat, so it does not drift. A failed
-        # beat is logged and tried at the next one: a store outage must not stop the daemon.
-        loop = asyncio.get_running_loop()
-        while True:
-            began = loop.time()
-            try:
-                await self.heartbeat()
-            except SyncdError as exc:
-                log.warning("daemon.heartbeat_failed", error=str(exc))
-            await asyncio.sleep(max(0.0, self.instance_heartbeat_seconds - (loop.time() - began)))
-
-    async def _forget_instance(self) -> None:
-        """Remove this instance from ``GET /status`` of the others (a clean stop)."""
-        if self._beat_write is not None:
-            await asyncio.wait({self._beat_write})
-            if not self._beat_write.cancelled():
-                self._beat_write.exception()  # a failed last beat changes nothing here
-        try:
-            await self.store.remove_instance(self.owner)
-        except SyncdError as exc:
-            log.warning("daemon.forget_instance_failed", error=str(exc))
+        await self.instances.heartbeat()
 
     @property
     def running_syncs(self) -> dict[str, str]:
@@ -446,119 +409,7 @@ class Daemon:
         run slots: more slots are filled at once, fewer let running runs finish)."""
         self.scheduler.tick_seconds = config.scheduler.tick_seconds
         self.scheduler.stale_lock_seconds = config.scheduler.stale_lock_seconds
-        grown = config.sync.max_concurrent_runs > self.engine.max_runs
-        self.engine.max_runs = config.sync.max_concurrent_runs
+        grown = config.sync.max_concurrent_runs > self.admission.max_runs
+        self.admission.max_runs = config.sync.max_concurrent_runs
         if grown:
             self.scheduler.wake()
-
-    # --- the embedding API: the connector operations -----------------------------------
-
-    async def create_connector(self, body: Mapping[str, Any]) -> Connector:
-        """Validate and create a connector (``ValidationError``, ``NameConflict``)."""
-        return await self.service.create_connector(body)
-
-    async def get_connector(self, connector_id: str) -> Connector:
-        """The connector, or ``NotFound``."""
-        return await self.service.get_connector(connector_id)
-
-    async def list_connectors(
-        self,
-        *,
-        status: ConnectorStatus | None = None,
-        limit: int = 100,
-        cursor: str | None = None,
-    ) -> tuple[list[Connector], str | None]:
-        """A page of connectors and the cursor of the next page (``None`` at the end)."""
-        return await self.service.list_connectors(status=status, limit=limit, cursor=cursor)
-
-    async def update_connector(self, connector_id: str, body: Mapping[str, Any]) -> Connector:
-        """PATCH a connector (``NotFound``, ``Conflict``, ``ValidationError``)."""
-        return await self.service.update_connector(connector_id, body)
-
-    async def delete_connector(self, connector_id: str) -> None:
-        """Mark ``deleting`` and delete in the background (idempotent while deleting)."""
-        await self.service.delete_connector(connector_id)
-
-    async def trigger_sync(self, connector_id: str) -> str | None:
-        """Start a manual sync; returns its run id, or ``None`` when no run slot was free
-        and the trigger is queued (``Conflict`` per DESIGN.md §3)."""
-        return await self.service.trigger_sync(connector_id)
-
-    async def abort_sync(self, connector_id: str) -> str | None:
-        """Abort the running sync wherever it runs; returns the aborted run id."""
-        return await self.service.abort_sync(connector_id)
-
-    async def list_runs(
-        self, connector_id: str, *, limit: int = 100, cursor: str | None = None
-    ) -> tuple[list[Run], str | None]:
-        """A page of the connector's runs, newest first."""
-        return await self.service.list_runs(connector_id, limit=limit, cursor=cursor)
-
-    async def list_documents(
-        self,
-        connector_id: str,
-        *,
-        status: DocStatus | None = None,
-        limit: int = 100,
-        cursor: str | None = None,
-    ) -> tuple[list[Document], str | None]:
-        """A page of the connector's documents, by external id."""
-        return await self.service.list_documents(
-            connector_id, status=status, limit=limit, cursor=cursor
-        )
-
-    async def get_document(self, connector_id: str, external_id: str) -> Document:
-        """One document with its payload (``NotFound``)."""
-        return await self.service.get_document(connector_id, external_id)
-
-    async def retry_failed(self, connector_id: str) -> int:
-        """Re-queue the connector's failed documents; how many."""
-        return await self.service.retry_failed(connector_id)
-
-    async def apply_deletions(self, connector_id: str) -> int:
-        """Apply the deletions the guard held; how many (``Conflict`` if none are held)."""
-        return await self.service.apply_deletions(connector_id)
-
-    async def document_counts(self, connector_id: str) -> dict[DocStatus, int]:
-        """Documents per status."""
-        return await self.service.document_counts(connector_id)
-
-    async def preview(self, body: Mapping[str, Any]) -> Preview:
-        """Fetch the first pages of a connector body or an existing connector, storing
-        nothing (``{"connector": {...}}`` or ``{"connector_id": ...}``, ``pages``,
-        ``timeout_seconds``); a failing source is the result's ``error``."""
-        return await self.service.preview(body)
-
-    # --- waiting for recorded changes (embedding apps, the benchmark, tests) ------------
-
-    async def wait_documents(
-        self,
-        connector_id: str,
-        predicate: Callable[[dict[DocStatus, int]], bool],
-        timeout: float = 30.0,
-    ) -> dict[DocStatus, int]:
-        """Wait until the connector's document counts satisfy ``predicate`` (changes made
-        by this instance's workers, aborts and re-queues wake the check)."""
-        return await self.changes.wait_for(
-            lambda: self.document_counts(connector_id), predicate, timeout
-        )
-
-    async def wait_connector(
-        self,
-        connector_id: str,
-        predicate: Callable[[Connector], bool],
-        timeout: float = 30.0,
-    ) -> Connector:
-        """Wait until the connector satisfies ``predicate`` (checked again whenever this
-        instance records a change: a page, a heartbeat, a wait, an abort)."""
-        return await self.changes.wait_for(
-            lambda: self.get_connector(connector_id), predicate, timeout
-        )
-
-    async def wait_run(self, connector_id: str) -> None:
-        """Wait until this instance's run of the connector (if any) has ended."""
-        await self.engine.wait(connector_id)
-
-    async def wait_deleted(self, connector_id: str) -> None:
-        """Wait for this instance's delete cascade of the connector, if one runs."""
-        await self.maintenance.wait_deleted(connector_id)

@@ -11,7 +11,9 @@ background, and a cascade interrupted by a stop is resumed at the next start.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import structlog
 
@@ -41,7 +43,7 @@ class Maintenance:
     ) -> None:
         self._store = store
         self._queue = queue
-        self.on_deleted = on_deleted
+        self._on_deleted = on_deleted
         self._rebuild = asyncio.Event()
         # Connectors whose queue entries an abort or a delete could not purge (the queue was
         # unreachable): purged before the next rebuild. Meanwhile their entries are harmless.
@@ -53,6 +55,28 @@ class Maintenance:
     def request_rebuild(self) -> None:
         """Pending documents may be missing from the queue: have it rebuilt from the store."""
         self._rebuild.set()
+
+    @contextlib.contextmanager
+    def rebuild_on_failure(
+        self,
+        event: str | None = None,
+        *,
+        catch: type[Exception] = SyncdError,
+        **fields: Any,
+    ) -> Iterator[None]:
+        """Around a step that pushes documents pending in the store to the queue: push, or
+        have the queue rebuilt. When the step fails (``catch``), the queue is rebuilt from the
+        store, which queues the documents once the queue answers. With ``event`` the failure
+        is logged under that name (with ``fields``) and the caller goes on: the rebuild has
+        them. Without, it is raised: for a caller whose work fails with the queue (a run's
+        page)."""
+        try:
+            yield
+        except catch as exc:
+            self.request_rebuild()
+            if event is None:
+                raise
+            log.warning(event, error=str(exc), exc_info=not isinstance(exc, SyncdError), **fields)
 
     async def rebuild_queue(self) -> int:
         """Re-enqueue every pending document; how many."""
@@ -146,8 +170,8 @@ class Maintenance:
     async def _cascade(self, connector_id: str) -> None:
         try:
             await self._store.delete_connector(connector_id)
-            if self.on_deleted is not None:
-                self.on_deleted(connector_id)
+            if self._on_deleted is not None:
+                self._on_deleted(connector_id)
             log.info("maintenance.connector_deleted", connector_id=connector_id)
             await self.purge(connector_id)
         except SyncdError as exc:

@@ -33,6 +33,7 @@ import structlog
 from syncd.errors import SyncdError
 from syncd.indexers.base import Indexer
 from syncd.indexing.batch import Result, Tally, run_indexer
+from syncd.indexing.maintenance import Maintenance
 from syncd.models import Connector, ConnectorStatus, DocStatus, new_id, utcnow
 from syncd.observability.metrics import Metrics
 from syncd.plugins import IndexerKind
@@ -88,8 +89,8 @@ class Workers:
         index_timeout: float = 30.0,
         lease_seconds: float = 300.0,
         poll_timeout: float = 1.0,
+        maintenance: Maintenance,
         on_change: Notify | None = None,
-        on_push_failed: Callable[[], None] | None = None,
         deleted_retention: timedelta | None = None,
         pacer: Pacer | None = None,
     ) -> None:
@@ -106,7 +107,7 @@ class Workers:
         self._lease_seconds = lease_seconds
         self._poll_timeout = poll_timeout
         self._on_change = on_change
-        self._on_push_failed = on_push_failed
+        self._maintenance = maintenance
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = asyncio.Event()
         # connector id -> batches being indexed now, so an abort can cancel them.
@@ -338,27 +339,21 @@ class Workers:
         return 1
 
     async def _hand_back(self, batch: Batch, token: str) -> None:
-        await self._release(batch.connector_id, token)
-        try:
-            await self._queue.push(batch.connector_id, batch.external_ids)
+        cid = batch.connector_id
+        await self._release(cid, token)
+        with self._maintenance.rebuild_on_failure("worker.handback_failed", connector_id=cid):
+            await self._queue.push(cid, batch.external_ids)
             await self._queue.ack(batch)
-        except SyncdError as exc:
-            log.warning("worker.handback_failed", connector_id=batch.connector_id, error=str(exc))
-            if self._on_push_failed is not None:
-                self._on_push_failed()
 
     async def _release(self, connector_id: str, token: str) -> None:
         """Give back documents claimed under ``token`` (shutdown): expire the lease now, and
         let the sweep return them to pending."""
-        try:
+        failed = "worker.release_failed"
+        with self._maintenance.rebuild_on_failure(failed, connector_id=connector_id):
             now = utcnow()
             await asyncio.shield(self._store.extend_leases(connector_id, token, now))
             released = await asyncio.shield(self._store.release_expired_leases(now))
             await self._push(released)
-        except SyncdError as exc:
-            log.warning("worker.release_failed", connector_id=connector_id, error=str(exc))
-            if self._on_push_failed is not None:
-                self._on_push_failed()
 
     async def _push(self, pairs: list[tuple[str, str]]) -> None:
         by_connector: dict[str, list[str]] = {}
@@ -385,19 +380,14 @@ class Workers:
                 await asyncio.wait_for(self._stopping.wait(), interval)
             if self._stopping.is_set():
                 return
-            try:
+            # Released but maybe not queued: the rebuild re-pushes pending documents. Any
+            # failure, so that one bad sweep never ends the sweeper.
+            with self._maintenance.rebuild_on_failure("worker.sweep_failed", catch=Exception):
                 released = await self._store.release_expired_leases(utcnow())
                 if released:
                     log.info("worker.leases_expired", documents=len(released))
                     await self._push(released)
                 await self.purge_tombstones()
-            except Exception as exc:
-                # Released but maybe not queued: the rebuild re-pushes pending documents.
-                log.warning(
-                    "worker.sweep_failed", error=str(exc), exc_info=not isinstance(exc, SyncdError)
-                )
-                if self._on_push_failed is not None:
-                    self._on_push_failed()
 
 
 def _log_failures(job: _Job) -> None:

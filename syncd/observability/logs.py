@@ -34,11 +34,14 @@ from urllib.parse import quote, quote_plus
 import structlog
 from structlog.typing import EventDict, Processor, WrappedLogger
 
+from syncd.errors import SyncdError
+
 __all__ = [
     "DRIVER_LOGGERS",
     "MASK",
     "Redactor",
     "configure_logging",
+    "describe_error",
     "mask_url_passwords",
     "redact",
     "redact_text",
@@ -199,6 +202,14 @@ def redact(text: str) -> str:
     error).
     """
     return _DEFAULT_REDACTOR.redact(text)
+
+
+def describe_error(exc: BaseException) -> str:
+    """An error as shown outside the process (stored on a run and its connector, answered by
+    a preview): syncd's own errors by their message, any other with its type's name too;
+    redacted, never a secret."""
+    text = str(exc) or type(exc).__name__
+    return redact(text if isinstance(exc, SyncdError) else f"{type(exc).__name__}: {text}")
 
 
 def redact_text(text: str) -> str:

@@ -11,13 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import (
-    AsyncGenerator,
-    AsyncIterator,
-    Callable,
-    Collection,
-    Mapping,
-)
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -25,17 +19,15 @@ from typing import Any
 import structlog
 
 from syncd import rules
-from syncd.errors import Aborted, ClientError, Fenced, NotFound, SyncdError
+from syncd.errors import Aborted, Fenced, NotFound, SyncdError
 from syncd.http.paginator import AsyncCursorPaginator, CancelToken
-from syncd.http.transport import Transport
+from syncd.indexing.maintenance import Maintenance
 from syncd.models import (
     ABORTED_ERROR,
     Connector,
     Crawl,
-    DocumentInput,
-    Page,
     PruneResult,
-    Rejection,
+    Run,
     RunOutcome,
     RunTrigger,
     Waiting,
@@ -43,16 +35,16 @@ from syncd.models import (
     new_id,
     utcnow,
 )
-from syncd.observability.logs import redact, register_secret
+from syncd.observability.logs import describe_error
 from syncd.observability.metrics import Metrics
+from syncd.pipeline.builder import SourceBuilder
+from syncd.pipeline.pages import CursorRejected, PreparedPage, checkpoint, guard_resume, read_ahead
 from syncd.pipeline.prepare import Preparer
 from syncd.plugins import Registry
 from syncd.queue.base import WorkQueue
 from syncd.runtime.pacing import Pacer
 from syncd.runtime.tasks import cancel_and_wait
 from syncd.service.changes import Notify
-from syncd.sources.base import Source, SourceContext, StatefulSource
-from syncd.sources.threaded import as_async
 from syncd.store.base import Store
 
 log = structlog.get_logger("syncd.pipeline.engine")
@@ -73,9 +65,11 @@ class _Handle:
     done: asyncio.Event = field(default_factory=asyncio.Event)
     note: str | None = None
     # The crawl this run stamps (None: a crawl begun before crawls were stamped), and whether
-    # its deletions are done at once (the indexer has no delete call to make).
+    # its deletions are done at once (rules.deletes_at_once).
     crawl: Crawl | None = None
-    delete_now: bool = True
+    delete_at_once: bool = True
+    # Called when the run's task ends (its admission slot frees).
+    on_end: Callable[[], None] | None = None
 
 
 class SyncEngine:
@@ -86,23 +80,22 @@ class SyncEngine:
         *,
         store: Store,
         queue: WorkQueue,
-        transport: Transport,
+        sources: SourceBuilder,
         registry: Registry,
         metrics: Metrics,
         heartbeat_seconds: float = 1.0,
+        maintenance: Maintenance,
         on_change: Notify | None = None,
-        on_push_failed: Callable[[], None] | None = None,
-        max_runs: int = 32,
         pacer: Pacer | None = None,
     ) -> None:
         self._store = store
         self._queue = queue
-        self._transport = transport
+        self._sources = sources
         self._registry = registry
         self._on_change = on_change
         self._metrics = metrics
         self._heartbeat_seconds = heartbeat_seconds
-        self._on_push_failed = on_push_failed
+        self._maintenance = maintenance
         self._runs: dict[str, _Handle] = {}
         # Background steps wait for the API's requests in flight (bounded; see pacing).
         self._pacer = pacer or Pacer()
@@ -112,53 +105,26 @@ class SyncEngine:
         # (no longer in ``_runs``), so that a stop waits for all of them.
         self._handles: set[_Handle] = set()
         self._closed = False
-        # Admission control: at most ``max_runs`` run tasks, counting the slots reserved
-        # for claims in flight (reserved synchronously, before the claim is awaited, so that
-        # concurrent triggers and ticks never overcommit).
-        self.max_runs = max_runs
-        self._reserved = 0
-        self.on_slot_free: Callable[[], None] | None = None
-        """Called whenever a slot frees (a run ended, a reservation was given back)."""
 
     @property
     def running(self) -> dict[str, str]:
         """``{connector_id: run_id}`` of the runs executing in this instance."""
         return {cid: h.run_id for cid, h in self._runs.items()}
 
-    @property
-    def free_slots(self) -> int:
-        """Run slots neither running nor reserved."""
-        return max(0, self.max_runs - self._reserved - len(self._handles))
-
-    def reserve(self, count: int = 1) -> int:
-        """Reserve up to ``count`` free slots (synchronously: no other task runs between
-        the check and the reservation); how many. Each is then used by :meth:`start` or given
-        back by :meth:`release`."""
-        taken = min(count, self.free_slots)
-        self._reserved += taken
-        return taken
-
-    def release(self, count: int = 1, *, notify: bool = True) -> None:
-        """Give back ``count`` reserved slots that no run used (a claim failed or found less
-        to start than it reserved); ``notify=False`` for the scheduler's own reservations,
-        which must not wake it again."""
-        if count <= 0:
-            return
-        self._reserved = max(0, self._reserved - count)
-        if notify:
-            self._slot_freed()
-
-    def _slot_freed(self) -> None:
-        if self.on_slot_free is not None:
-            self.on_slot_free()
-
-    def start(self, connector: Connector, trigger: RunTrigger) -> None:
-        """Start the run just claimed for ``connector`` (its ``run_id`` is set), in a slot
-        reserved with :meth:`reserve`; the slot frees when the run's task ends."""
+    def start(
+        self,
+        connector: Connector,
+        trigger: RunTrigger,
+        *,
+        on_end: Callable[[], None] | None = None,
+    ) -> None:
+        """Start the run just claimed for ``connector`` (its ``run_id`` is set); ``on_end`` is
+        called when the run's task ends. Runs start through
+        :meth:`syncd.pipeline.admission.Admission.claim_and_start`, in a run slot."""
         assert connector.run_id is not None
-        if self._reserved > 0:
-            self._reserved -= 1
-        handle = _Handle(connector.id, connector.run_id, CancelToken(), trigger=trigger)
+        handle = _Handle(
+            connector.id, connector.run_id, CancelToken(), trigger=trigger, on_end=on_end
+        )
         previous = self._runs.get(connector.id)
         if previous is not None:
             # Taken over (stale lock): the old run's writes are fenced already; stop it too.
@@ -240,7 +206,7 @@ class SyncEngine:
                 log.warning("sync.abort_unwind_error", error=str(exc))
             else:
                 log.error("sync.failed", error=str(exc), exc_type=type(exc).__name__)
-                await self._end(handle, RunOutcome.FAILED, _describe(exc))
+                await self._end(handle, RunOutcome.FAILED, describe_error(exc))
         else:
             await self._end(handle, RunOutcome.SUCCEEDED)
         finally:
@@ -252,7 +218,8 @@ class SyncEngine:
                     del self._runs[cid]
                 self._handles.discard(handle)
                 handle.done.set()
-                self._slot_freed()
+                if handle.on_end is not None:
+                    handle.on_end()
                 self._metrics.run_gone(run_id)
                 structlog.contextvars.unbind_contextvars("connector_id", "connector", "run_id")
 
@@ -264,12 +231,8 @@ class SyncEngine:
             cid, error=ABORTED_ERROR, now=utcnow(), run_id=handle.run_id
         )
         if requeued:
-            try:
+            with self._maintenance.rebuild_on_failure():
                 await self._queue.push(cid, requeued)
-            except SyncdError:
-                if self._on_push_failed is not None:
-                    self._on_push_failed()
-                raise
         resuming = connector.resume_cursor is not None
         # Why this run starts over instead of resuming, recorded on the run with its first
         # page (e.g. a PATCH changed the source).
@@ -279,7 +242,7 @@ class SyncEngine:
             try:
                 await self._paginate(connector, handle, connector.resume_cursor)
                 return
-            except _CursorRejected as exc:
+            except CursorRejected as exc:
                 log.warning("sync.resume_rejected", status=exc.status)
                 handle.note = f"resume cursor rejected with HTTP {exc.status}; started over"
         await self._paginate(connector, handle, None)
@@ -291,16 +254,19 @@ class SyncEngine:
             connector, resuming=resuming, now=utcnow(), new_crawl_id=new_id()
         )
         handle.crawl = crawl
-        source = self.build_source(
-            connector, resuming=resuming, handle=handle, full=crawl is not None and crawl.full
+        source = self._sources.build(
+            connector,
+            resuming=resuming,
+            full=crawl is not None and crawl.full,
+            on_wait=lambda reason, seconds: self._on_wait(handle, reason, seconds),
         )
         id_field = str(connector.source.get("id_field", "id"))
         tombstones = rules.deleted_field(connector.source)
         kind = self._registry.indexer(connector.indexer)
-        indexed = kind.indexed_on_commit
-        handle.delete_now = indexed or not kind.supports_delete
+        indexed_on_commit = kind.indexed_on_commit
+        handle.delete_at_once = rules.deletes_at_once(kind)
         pages = AsyncCursorPaginator(
-            _guard_resume(source, start, connector.retry_on_status),
+            guard_resume(source, start, connector.retry_on_status),
             max_retries=connector.page_retries,
             backoff_factor=connector.page_retry_backoff,
             retry_on_status=tuple(connector.retry_on_status),
@@ -311,7 +277,7 @@ class SyncEngine:
             on_retry=lambda exc, attempt: self._metrics.page_retries.inc(),
         )
 
-        async def prepared() -> AsyncIterator[_Prepared]:
+        async def prepared() -> AsyncIterator[PreparedPage]:
             # Runs in the read-ahead task: records become documents, and the source's state
             # is taken right after its page, while the previous page is being committed.
             async for page in pages:
@@ -332,21 +298,21 @@ class SyncEngine:
                     log.warning(
                         "sync.records_rejected", count=len(rejected), reason=rejected[0].reason
                     )
-                yield _Prepared(
-                    page.next_cursor, docs, _checkpoint(source), tuple(rejected), tuple(gone)
+                yield PreparedPage(
+                    page.next_cursor, docs, checkpoint(source), tuple(rejected), tuple(gone)
                 )
                 await self._pacer.turn()  # before the next fetch (and its decoding)
 
-        reader = _read_ahead(prepared(), name=f"fetch:{cid}")
+        reader = read_ahead(prepared(), name=f"fetch:{cid}")
         async with contextlib.aclosing(reader):
-            await self._commit_pages(connector, handle, reader, indexed)
+            await self._commit_pages(connector, handle, reader, indexed_on_commit)
 
     async def _commit_pages(
         self,
         connector: Connector,
         handle: _Handle,
-        items: AsyncIterator[_Prepared],
-        indexed: bool,
+        items: AsyncIterator[PreparedPage],
+        indexed_on_commit: bool,
     ) -> None:
         cid, run_id = connector.id, handle.run_id
         async for item in items:
@@ -359,64 +325,23 @@ class SyncEngine:
                 next_cursor=item.next_cursor,
                 source_state=rules.page_state(connector, item.state),
                 now=utcnow(),
-                indexed=indexed,
+                indexed=indexed_on_commit,
                 rejected=item.rejected,
                 note=handle.note,
                 crawl=handle.crawl,
                 deletions=item.deletions,
-                delete_now=handle.delete_now,
+                delete_at_once=handle.delete_at_once,
             )
             handle.note = None
-            if ids and not indexed:
-                try:
+            if ids and not indexed_on_commit:
+                # Committed as pending: if not queued, the queue is rebuilt from the store, or
+                # a re-sync would leave these unchanged documents unqueued; the run fails.
+                with self._maintenance.rebuild_on_failure():
                     await self._queue.push(cid, ids)
-                except SyncdError:
-                    # Committed as pending but not queued: have the queue rebuilt from the
-                    # store, or a re-sync would leave these unchanged documents unqueued.
-                    if self._on_push_failed is not None:
-                        self._on_push_failed()
-                    raise
             if self._on_change is not None:
                 await self._on_change(cid)
             # On a graceful stop the token is set: the next fetch raises Aborted, but pages
             # already fetched are still committed first, so the run resumes after them.
-
-    def build_source(
-        self,
-        connector: Connector,
-        resuming: bool,
-        handle: _Handle | None = None,
-        *,
-        full: bool = False,
-        persist: bool = True,
-    ) -> Source:
-        """The connector's source, built as a run builds it. ``persist``: what the source
-        must keep across restarts (a rotated refresh token) is saved in the store — false for
-        a connector that is not stored (the preview of a body)."""
-        kind = self._registry.source(connector.source)
-        cid = connector.id
-        context = SourceContext(
-            connector_id=cid,
-            transport=self._transport,
-            state=rules.start_state(connector, resuming=resuming, full=full),
-            resuming=resuming,
-            on_wait=(
-                (lambda reason, seconds: self._on_wait(handle, reason, seconds))
-                if handle is not None
-                else None
-            ),
-            secret_state=connector.secret_state,
-            save_secret_state=(
-                (lambda key, value: self._store.save_secret_state(cid, key, value))
-                if persist
-                else None
-            ),
-        )
-        # Plugin sources do not register their secrets themselves.
-        for secret in self._registry.secrets(connector.source, connector.indexer):
-            register_secret(secret)
-        # A plugin's plain ``def fetch_page`` (a blocking SDK) runs in a worker thread.
-        return as_async(kind.factory(connector.source, context))
 
     def _on_wait(self, handle: _Handle, reason: WaitReason, seconds: float) -> None:
         handle.waiting = Waiting(reason, utcnow() + timedelta(seconds=seconds))
@@ -459,7 +384,12 @@ class SyncEngine:
         def succeed(c: Connector, counts: Any) -> Any:
             # A completed full crawl prunes in the success transition's own transaction.
             return rules.succeed(
-                c, run_id=run_id, now=now, crawl=crawl, counts=counts, immediate=handle.delete_now
+                c,
+                run_id=run_id,
+                now=now,
+                crawl=crawl,
+                counts=counts,
+                delete_at_once=handle.delete_at_once,
             )
 
         delay = 0.1
@@ -509,13 +439,8 @@ class SyncEngine:
         if result.deleting:
             log.info("sync.documents_gone", deleting=result.deleting)
         if result.queued:
-            try:
+            with self._maintenance.rebuild_on_failure("sync.delete_push_failed"):
                 await self._queue.push(connector_id, list(result.queued))
-            except SyncdError as exc:
-                # Pending in the store: the rebuild queues them once the queue answers.
-                log.warning("sync.delete_push_failed", error=str(exc))
-                if self._on_push_failed is not None:
-                    self._on_push_failed()
 
     async def _ended(self, handle: _Handle, outcome: RunOutcome) -> None:
         """Observe the run's duration and log its end with its counts, read once from its
@@ -530,14 +455,7 @@ class SyncEngine:
             if run is not None:
                 if run.outcome is not RunOutcome.RUNNING:
                     outcome = run.outcome
-                counts = {
-                    "pages": run.pages,
-                    "documents_seen": run.documents_seen,
-                    "documents_enqueued": run.documents_enqueued,
-                    "documents_rejected": run.documents_rejected,
-                    "documents_deleted": run.deleted,
-                    "deletions_held": run.deletions_held,
-                }
+                counts = _counts(run)
         seconds = self._metrics.run_ended(handle.run_id, handle.trigger, outcome)
         log.info(
             "sync.ended",
@@ -548,100 +466,13 @@ class SyncEngine:
         )
 
 
-_END = object()
-
-
-@dataclass(frozen=True)
-class _Prepared:
-    """A fetched page, ready to commit."""
-
-    next_cursor: str | None
-    documents: list[DocumentInput]
-    state: Mapping[str, Any]
-    rejected: tuple[Rejection, ...] = ()  # records that did not become documents
-    deletions: tuple[str, ...] = ()  # external ids of tombstones
-
-
-async def _read_ahead(
-    items: AsyncIterator[_Prepared], *, name: str
-) -> AsyncGenerator[_Prepared, None]:
-    """Yield ``items`` while the next one is already being fetched and prepared.
-
-    The paginator's own rules still decide every request (cancel token checked before each,
-    throttle between pages); this only lets the request for page N+1 overlap the commit of
-    page N. At most one page waits here uncommitted; an abort discards it, and the next run
-    resumes from the last committed cursor.
-    """
-    ready: asyncio.Queue[object] = asyncio.Queue(maxsize=1)
-
-    async def reader() -> None:
-        try:
-            async for item in items:
-                await ready.put(item)
-        except Exception as exc:
-            await ready.put(exc)
-        else:
-            await ready.put(_END)
-
-    task = asyncio.create_task(reader(), name=name)
-    try:
-        while True:
-            item = await ready.get()
-            if item is _END:
-                return
-            if isinstance(item, BaseException):
-                raise item
-            assert isinstance(item, _Prepared)
-            yield item
-    finally:
-        await cancel_and_wait(task)
-
-
-class _CursorRejected(SyncdError):
-    """The source answered the resume cursor with a 4xx: the crawl starts over."""
-
-    def __init__(self, status: int) -> None:
-        super().__init__(f"resume cursor rejected with HTTP {status}")
-        self.status = status
-
-
-#: 4xx answers that say nothing about the cursor: retried or failed, never a restart.
-_NOT_A_CURSOR_REJECTION = frozenset({401, 403, 407, 408, 429})
-
-
-def _guard_resume(
-    source: Source, resume_cursor: str | None, retry_on_status: Collection[int]
-) -> Callable[[str | None], Any]:
-    """``fetch_page`` that turns a 4xx answer to the resume cursor into ``_CursorRejected``
-    (until the first page arrives), except for statuses that are retried or that are about
-    credentials or rate limits rather than the cursor."""
-    resumed = False
-
-    async def fetch(cursor: str | None) -> Page:
-        nonlocal resumed
-        if resumed or resume_cursor is None or cursor != resume_cursor:
-            return await source.fetch_page(cursor)
-        try:
-            page = await source.fetch_page(cursor)
-        except ClientError as exc:
-            if exc.status in retry_on_status or exc.status in _NOT_A_CURSOR_REJECTION:
-                raise
-            raise _CursorRejected(exc.status) from exc
-        resumed = True
-        return page
-
-    return fetch
-
-
-def _checkpoint(source: Source) -> Mapping[str, Any]:
-    if isinstance(source, StatefulSource):
-        value = source.checkpoint()
-        if isinstance(value, Mapping):
-            return value
-    return {}
-
-
-def _describe(exc: BaseException) -> str:
-    """The error text stored on the run and the connector: never a secret."""
-    text = str(exc) or type(exc).__name__
-    return redact(text if isinstance(exc, SyncdError) else f"{type(exc).__name__}: {text}")
+def _counts(run: Run) -> dict[str, Any]:
+    """What ``sync.ended`` logs of a run's row."""
+    return {
+        "pages": run.pages,
+        "documents_seen": run.documents_seen,
+        "documents_enqueued": run.documents_enqueued,
+        "documents_rejected": run.documents_rejected,
+        "documents_deleted": run.deleted,
+        "deletions_held": run.deletions_held,
+    }

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from syncd.errors import Conflict
 from syncd.models import Connector, ConnectorStatus, PruneAction, PruneCounts, PrunePlan, Transition
@@ -18,13 +18,33 @@ PRUNE_GUARD_MIN = 10
 """The guard holds a completed crawl's deletions only when there are more than this many."""
 
 
+class IndexerCapabilities(Protocol):
+    """What an indexer kind declares that decides how its documents are deleted."""
+
+    @property
+    def indexed_on_commit(self) -> bool:
+        """Its whole work is the store keeping the document."""
+
+    @property
+    def supports_delete(self) -> bool:
+        """Its indexers have a ``delete`` to call for a document gone at the source."""
+
+
+def deletes_at_once(kind: IndexerCapabilities) -> bool:
+    """Whether documents deleted for a connector with an indexer of ``kind`` become ``deleted``
+    at once, in the transaction that decides it (``delete_at_once``), rather than ``pending``
+    with ``op = delete`` and through the queue: when the indexer has nothing to call — it is
+    ``indexed_on_commit`` (the store is the index) or has no ``delete``."""
+    return kind.indexed_on_commit or not kind.supports_delete
+
+
 def plan_prune(
     c: Connector,
     counts: PruneCounts | None,
     *,
     crawl_id: str,
     run_id: str,
-    immediate: bool,
+    delete_at_once: bool,
 ) -> PrunePlan | None:
     """What a completed full crawl does with the live documents it did not see: nothing when
     ``prune`` is off or there are none; hold them (the guard) when they are more than
@@ -34,17 +54,17 @@ def plan_prune(
         return None
     guarded = counts.unseen > c.prune_max_fraction * counts.live and counts.unseen > PRUNE_GUARD_MIN
     action = PruneAction.HOLD_UNSEEN if guarded else PruneAction.DELETE_UNSEEN
-    return PrunePlan(action, crawl_id=crawl_id, immediate=immediate, run_id=run_id)
+    return PrunePlan(action, crawl_id=crawl_id, delete_at_once=delete_at_once, run_id=run_id)
 
 
-def apply_held(c: Connector, *, now: datetime, immediate: bool) -> Transition:
+def apply_held(c: Connector, *, now: datetime, delete_at_once: bool) -> Transition:
     """``POST …/deletions/apply``: delete what the guard held; :class:`Conflict` (``No
     deletions held``) when nothing is held, or while the connector is being deleted."""
     if c.status is ConnectorStatus.DELETING:
         raise Conflict(MSG_DELETING)
     if c.deletions_held <= 0:
         raise Conflict(MSG_NO_DELETIONS_HELD)
-    plan = PrunePlan(PruneAction.DELETE_HELD, immediate=immediate)
+    plan = PrunePlan(PruneAction.DELETE_HELD, delete_at_once=delete_at_once)
     return Transition(replace(c, deletions_held=0, updated_at=now), prune=plan)
 
 

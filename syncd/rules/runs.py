@@ -118,7 +118,7 @@ def succeed(
     now: datetime,
     crawl: Crawl | None = None,
     counts: PruneCounts | None = None,
-    immediate: bool = False,
+    delete_at_once: bool = False,
 ) -> Transition:
     """The crawl loop finished: ``error``/``active`` → ``active``; ``paused`` stays paused.
 
@@ -135,7 +135,9 @@ def succeed(
     plan: PrunePlan | None = None
     if crawl is not None and crawl.full and c.crawl_id == crawl.id:
         changes["next_full_crawl_at"] = next_full_crawl_at(c, now)
-        plan = plan_prune(c, counts, crawl_id=crawl.id, run_id=run_id, immediate=immediate)
+        plan = plan_prune(
+            c, counts, crawl_id=crawl.id, run_id=run_id, delete_at_once=delete_at_once
+        )
         held = plan is not None and plan.action is PruneAction.HOLD_UNSEEN
         changes["deletions_held"] = counts.unseen if held and counts is not None else 0
     done = with_status(

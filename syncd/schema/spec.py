@@ -32,40 +32,20 @@ from syncd.schema.connector import (
 )
 from syncd.schema.fields import (
     MSG_NOT_OBJECT,
-    MSG_REQUIRED,
     MSG_UNKNOWN,
-    MSG_URL,
-    NAME_MAX_LENGTH,
-    PAGE_RETRIES_MAX,
-    PORT_MAX,
-    PORT_MIN,
-    SECONDS_MAX,
     field_errors,
-    url_problem,
 )
 
 __all__ = [
-    "DEFAULT_INDEXER",
-    "DEFAULT_SOURCE_TYPE",
     "DEPTH_MAX",
     "INT_MAX",
     "INT_MIN",
-    "MSG_NOT_OBJECT",
-    "MSG_REQUIRED",
-    "MSG_UNKNOWN",
-    "MSG_URL",
-    "NAME_MAX_LENGTH",
-    "PAGE_RETRIES_MAX",
-    "PORT_MAX",
-    "PORT_MIN",
-    "SECONDS_MAX",
-    "Kinds",
-    "SyncDefaults",
+    "MSG_NUL",
+    "MSG_SURROGATE",
     "check_unknown",
     "parse_create",
     "parse_patch",
     "text_problem",
-    "url_problem",
 ]
 
 INT_MIN, INT_MAX = -(2**63), 2**63 - 1
@@ -75,10 +55,6 @@ DEPTH_MAX = 32
 
 MSG_NUL = "Must not contain NUL characters (\\u0000)"
 MSG_SURROGATE = "Must be valid Unicode text (no lone surrogates)"
-
-SyncDefaults = PaginatorSettings
-"""The older name of :class:`~syncd.models.PaginatorSettings` (the daemon-wide defaults of
-the four paginator keys, used when a create omits them); kept for existing imports."""
 
 
 def parse_create(body: Any, *, defaults: PaginatorSettings, kinds: Kinds) -> dict[str, Any]:

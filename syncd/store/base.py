@@ -122,7 +122,7 @@ class Store(Protocol):
         - ``DELETE_UNSEEN`` / ``DELETE_HELD``: those unseen documents / the held ones that no
           crawl begun since has seen (and not being deleted already) get ``op = delete``, error
           and attempts reset, lease dropped, no longer held, and become ``deleted`` at once
-          (payload dropped) when the plan is ``immediate``, else ``pending``: the result's
+          (payload dropped) when the plan is ``delete_at_once``, else ``pending``: the result's
           ``queued`` ids, to enqueue.
         - ``HOLD_UNSEEN``: those unseen documents are marked held; ``held`` counts them.
 
@@ -175,7 +175,7 @@ class Store(Protocol):
         note: str | None = None,
         crawl: Crawl | None = None,
         deletions: Sequence[str] = (),
-        delete_now: bool = False,
+        delete_at_once: bool = False,
     ) -> list[str]:
         """Commit one crawled page in one transaction, fenced by ``run_id``.
 
@@ -212,7 +212,7 @@ class Store(Protocol):
         written stops being held. ``deletions`` are external ids the source reported deleted
         (tombstones; ids also among ``documents`` are ignored): those stored, live and not
         already being deleted are marked for deletion like
-        :meth:`mutate_with_prune` does (``deleted`` at once with ``delete_now``, else
+        :meth:`mutate_with_prune` does (``deleted`` at once with ``delete_at_once``, else
         ``pending`` deletes whose ids are returned with the others) and counted in the run's
         ``deleted``.
         """

@@ -284,7 +284,7 @@ class PostgresStore:
         note: str | None = None,
         crawl: Crawl | None = None,
         deletions: Sequence[str] = (),
-        delete_now: bool = False,
+        delete_at_once: bool = False,
     ) -> list[str]:
         """Upsert one page and checkpoint it in one transaction fenced by ``run_id``
         (:class:`Fenced` otherwise); the external ids to enqueue."""
@@ -332,7 +332,7 @@ class PostgresStore:
                     await tx.execute(sql.SEEN_PAGE, connector_id, crawl.id, ids)
             gone: list[str] = []
             if doomed:
-                target = DocStatus.DELETED if delete_now else DocStatus.PENDING
+                target = DocStatus.DELETED if delete_at_once else DocStatus.PENDING
                 rows = await tx.fetch_all(sql.DELETE_IDS, connector_id, target.value, now, doomed)
                 gone = sorted(row[0] for row in rows)
             sample = None
@@ -350,7 +350,7 @@ class PostgresStore:
                 note,
                 len(gone),
             )
-        return enqueued + ([] if delete_now else gone)
+        return enqueued + ([] if delete_at_once else gone)
 
     async def report(
         self, connector_id: str, run_id: str, *, now: datetime, waiting: Waiting | None
@@ -590,7 +590,7 @@ async def _prune(
         held = await tx.execute(sql.HOLD_UNSEEN, connector_id, plan.crawl_id)
         result = PruneResult(held=held)
     else:
-        status = DocStatus.DELETED if plan.immediate else DocStatus.PENDING
+        status = DocStatus.DELETED if plan.delete_at_once else DocStatus.PENDING
         if plan.action is PruneAction.DELETE_UNSEEN:
             query, args = sql.DELETE_UNSEEN, [plan.crawl_id]
         else:
@@ -600,7 +600,7 @@ async def _prune(
         if plan.action is PruneAction.DELETE_HELD:
             # Those seen again since are no longer held.
             await tx.execute(sql.CLEAR_HELD, connector_id)
-        result = PruneResult(deleted=len(ids)) if plan.immediate else PruneResult(tuple(ids))
+        result = PruneResult(deleted=len(ids)) if plan.delete_at_once else PruneResult(tuple(ids))
     if plan.run_id is not None:
         await tx.execute(sql.RUN_PRUNED, plan.run_id, result.deleting, result.held)
     return result

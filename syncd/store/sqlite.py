@@ -220,7 +220,7 @@ class SQLiteStore:
             held = await tx.execute(sql.HOLD_UNSEEN, connector_id, plan.crawl_id)
             result = PruneResult(held=held)
         else:
-            status = DocStatus.DELETED if plan.immediate else DocStatus.PENDING
+            status = DocStatus.DELETED if plan.delete_at_once else DocStatus.PENDING
             if plan.action is PruneAction.DELETE_UNSEEN:
                 query, args = sql.DELETE_UNSEEN, [plan.crawl_id]
             else:
@@ -230,7 +230,9 @@ class SQLiteStore:
             if plan.action is PruneAction.DELETE_HELD:
                 # Those seen again since are no longer held.
                 await tx.execute(sql.CLEAR_HELD, connector_id)
-            result = PruneResult(deleted=len(ids)) if plan.immediate else PruneResult(tuple(ids))
+            result = (
+                PruneResult(deleted=len(ids)) if plan.delete_at_once else PruneResult(tuple(ids))
+            )
         if plan.run_id is not None:
             await tx.execute(sql.RUN_PRUNED, result.deleting, result.held, plan.run_id)
         return result
@@ -331,7 +333,7 @@ class SQLiteStore:
         note: str | None = None,
         crawl: Crawl | None = None,
         deletions: Sequence[str] = (),
-        delete_now: bool = False,
+        delete_at_once: bool = False,
     ) -> list[str]:
         """Upsert a crawled page and checkpoint the run in one transaction, fenced by
         ``run_id`` (see :meth:`syncd.store.Store.commit_page`). Returns the external ids to
@@ -385,7 +387,7 @@ class SQLiteStore:
                 # A tombstone for an id the page also holds as a record is not a deletion.
                 seen = set(page_ids)
                 doomed = dump_json([e for e in dict.fromkeys(deletions) if e not in seen])
-                target = DocStatus.DELETED if delete_now else DocStatus.PENDING
+                target = DocStatus.DELETED if delete_at_once else DocStatus.PENDING
                 rows = conn.execute(
                     sql.DELETE_IDS, (target.value, at, connector_id, doomed)
                 ).fetchall()
@@ -402,7 +404,7 @@ class SQLiteStore:
             return enqueue, gone
 
         enqueue, gone = await self._db.run_transaction(write)
-        queued = [] if delete_now else gone
+        queued = [] if delete_at_once else gone
         return [d.external_id for d in enqueue] + queued
 
     async def report(

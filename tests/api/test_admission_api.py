@@ -10,7 +10,7 @@ from .conftest import Harness
 
 async def test_trigger_without_a_free_slot_is_queued(harness: Harness) -> None:
     api = harness.api
-    harness.daemon.engine.max_runs = 1
+    harness.daemon.admission.max_runs = 1
     busy, waiting = await api.create("busy"), await api.create("waiting")
     harness.feed.hang_at = 0
     started = await api.post(f"/connectors/{busy['id']}/sync")
@@ -42,7 +42,7 @@ async def test_trigger_without_a_free_slot_is_queued(harness: Harness) -> None:
 
 async def test_delete_of_a_queued_connector_is_allowed(harness: Harness) -> None:
     api = harness.api
-    harness.daemon.engine.max_runs = 1
+    harness.daemon.admission.max_runs = 1
     busy, waiting = await api.create("busy"), await api.create("waiting")
     harness.feed.hang_at = 0
     assert (await api.post(f"/connectors/{busy['id']}/sync")).status == 202

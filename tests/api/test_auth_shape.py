@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
+from syncd.cli.entry import execute
 from syncd.cli.io import Streams
-from syncd.cli.main import execute
 from syncd.cli.parser import build_parser
 from syncd.sources.secrets import REDACTED as M
 from tests.unit.test_cli import editor, kept_files

@@ -406,9 +406,8 @@ def _b64(data: bytes) -> str:
 )
 def test_the_cursor_pattern_is_exactly_what_the_server_takes(raw: str) -> None:
     """Cursors: base64url of anything without a zero byte (not UTF-8: read with U+FFFD)."""
-    from syncd.api.openapi import CURSOR_PATTERN
-    from syncd.api.params import parse_cursor
     from syncd.errors import ValidationError
+    from syncd.service.cursors import CURSOR_PATTERN, parse_cursor
 
     described = re.fullmatch(CURSOR_PATTERN, raw) is not None
     try:

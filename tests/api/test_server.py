@@ -17,7 +17,6 @@ import pytest
 from aiohttp import web
 
 from syncd.api import start_api
-from syncd.api.server import is_loopback, parse_host_port
 from syncd.config import Config
 from syncd.config.listen import is_loopback_host
 from syncd.errors import ConfigError
@@ -180,21 +179,6 @@ async def test_every_interface_is_named_in_the_refusal() -> None:
 )
 def test_is_loopback_host(host: str, expected: bool) -> None:
     assert is_loopback_host(host) is expected
-
-
-def test_deprecated_helpers_still_answer() -> None:
-    with pytest.warns(DeprecationWarning, match="syncd.config.listen.parse_listen"):
-        assert parse_host_port("127.0.0.1:8765") == ("127.0.0.1", 8765)
-    with pytest.warns(DeprecationWarning):
-        assert parse_host_port("[::1]:0") == ("::1", 0)
-    with pytest.warns(DeprecationWarning):
-        assert parse_host_port(":80") == ("", 80)
-    with pytest.warns(DeprecationWarning), pytest.raises(ConfigError):
-        parse_host_port("unix:/run/syncd.sock")
-    with pytest.warns(DeprecationWarning, match="is_loopback_host"):
-        assert is_loopback("::1") is True
-    with pytest.warns(DeprecationWarning):
-        assert is_loopback("") is False
 
 
 # --- unix sockets ---------------------------------------------------------------------------

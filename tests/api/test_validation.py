@@ -762,7 +762,7 @@ async def test_ids_no_store_can_hold_are_not_found(any_harness: Harness) -> None
 @pytest.mark.parametrize("value", ["\x00", "a\x00", "01a2\x00b"])
 async def test_cursors_no_store_can_compare_are_refused(any_harness: Harness, value: str) -> None:
     """A cursor is base64 text, and can be forged to carry a NUL."""
-    from syncd.service.operations import encode_cursor
+    from syncd.service.cursors import encode_cursor
 
     api = any_harness.api
     c = await api.create()

@@ -138,7 +138,7 @@ class Walk:
                 indexed=rng.random() < 0.2,
                 crawl=live.crawl,
                 deletions=tombstones,
-                delete_now=rng.random() < 0.5,
+                delete_at_once=rng.random() < 0.5,
             )
         elif op == "claim":
             token = new_id()
@@ -205,7 +205,7 @@ class Walk:
         now = self.now()
         action = self.rng.choice(list(PruneAction))
         crawl_id = live.crawl.id if live.crawl is not None else None
-        plan = PrunePlan(action, crawl_id=crawl_id, immediate=self.rng.random() < 0.5)
+        plan = PrunePlan(action, crawl_id=crawl_id, delete_at_once=self.rng.random() < 0.5)
 
         def change(c: Connector, counts: PruneCounts | None) -> Transition:
             return Transition(replace(c, updated_at=now), prune=plan)
@@ -397,7 +397,7 @@ async def test_postgres_concurrent_commits_and_finishes_keep_counts_exact(
                     source_state={},
                     now=at(p),
                     deletions=rng.sample(ids, 3),
-                    delete_now=rng.random() < 0.5,
+                    delete_at_once=rng.random() < 0.5,
                 )
 
         async def worker(k: int) -> None:

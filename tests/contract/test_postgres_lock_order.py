@@ -163,7 +163,7 @@ async def test_applying_held_deletions_does_not_deadlock_with_a_finish(
     assert held.held == 2
     await crawl(store, c, "c3", "a")
 
-    apply = PrunePlan(PruneAction.DELETE_HELD, immediate=True)
+    apply = PrunePlan(PruneAction.DELETE_HELD, delete_at_once=True)
     assert await race_finish_with_prune(store, admin, holder, c, apply) == 2
 
     found = await states(admin, c)
@@ -186,7 +186,7 @@ async def test_a_completed_crawl_with_held_deletions_does_not_deadlock_with_a_fi
     assert held.held == 1
     await crawl(store, c, "c3", "m")
 
-    delete = PrunePlan(PruneAction.DELETE_UNSEEN, crawl_id="c3", immediate=True)
+    delete = PrunePlan(PruneAction.DELETE_UNSEEN, crawl_id="c3", delete_at_once=True)
     assert await race_finish_with_prune(store, admin, holder, c, delete, unseen_by="c3") == 2
 
     found = await states(admin, c)
@@ -259,7 +259,7 @@ async def test_a_purge_does_not_deadlock_with_a_page_seeing_its_tombstones_again
                 source_state={},
                 now=at(seconds),
                 deletions=deletions,
-                delete_now=True,
+                delete_at_once=True,
             )
 
         await page(["a", "z"], [], 2)

@@ -107,7 +107,7 @@ async def test_prune_counts_see_the_documents_the_crawl_did_not_stamp(store: Sto
 
 async def test_delete_unseen_at_once_drops_payloads(store: Store) -> None:
     c, run_id, c2 = await crawled(store)
-    plan = PrunePlan(PruneAction.DELETE_UNSEEN, crawl_id=c2.id, immediate=True, run_id=run_id)
+    plan = PrunePlan(PruneAction.DELETE_UNSEEN, crawl_id=c2.id, delete_at_once=True, run_id=run_id)
     _, after, result = await store.mutate_with_prune(c.id, keep([], plan), unseen_by=c2.id)
     assert (result.queued, result.deleted, result.held, result.deleting) == ((), 2, 0, 2)
     assert after.updated_at == at(10)
@@ -179,7 +179,7 @@ async def test_hold_then_delete_held(store: Store) -> None:
     third = await start_run(store, c.id, now=at(20))
     await page(store, c, third, ("c", 1), crawl=Crawl("c3", True), now_s=21, indexed=True)
 
-    apply = PrunePlan(PruneAction.DELETE_HELD, immediate=True)
+    apply = PrunePlan(PruneAction.DELETE_HELD, delete_at_once=True)
     _, _, applied = await store.mutate_with_prune(c.id, keep([], apply))
     assert (applied.deleted, applied.held) == (1, 0)
     found = await documents(store, c.id)
@@ -190,7 +190,7 @@ async def test_a_prune_change_that_raises_writes_nothing(store: Store) -> None:
     c, _, c2 = await crawled(store)
 
     def refuse(current: Connector, counts: PruneCounts | None) -> Transition:
-        return rules.apply_held(current, now=at(10), immediate=True)
+        return rules.apply_held(current, now=at(10), delete_at_once=True)
 
     with pytest.raises(Conflict, match=r"^No deletions held$"):
         await store.mutate_with_prune(c.id, refuse)
@@ -212,14 +212,14 @@ async def test_tombstones_in_a_page(store: Store) -> None:
     assert (await documents(store, c.id))["a"] == (DocStatus.PENDING, DocOp.DELETE)
     run = await store.get_run(run_id)
     assert run is not None and run.deleted == 1
-    now_gone = await page(store, c, run_id, deletions=["b"], delete_now=True, now_s=9)
+    now_gone = await page(store, c, run_id, deletions=["b"], delete_at_once=True, now_s=9)
     assert now_gone == []
     assert (await documents(store, c.id))["b"] == (DocStatus.DELETED, DocOp.DELETE)
 
 
 async def test_a_deleted_document_seen_again_is_written_again(store: Store) -> None:
     c, run_id, c2 = await crawled(store, indexed=False)
-    plan = PrunePlan(PruneAction.DELETE_UNSEEN, crawl_id=c2.id, immediate=True, run_id=run_id)
+    plan = PrunePlan(PruneAction.DELETE_UNSEEN, crawl_id=c2.id, delete_at_once=True, run_id=run_id)
     await store.mutate_with_prune(c.id, keep([], plan), unseen_by=c2.id)
     # c reappears unchanged: written again as an index operation.
     run_id = await start_run(store, c.id, now=at(30))
@@ -235,7 +235,7 @@ async def test_a_deleted_document_seen_again_is_written_again(store: Store) -> N
 
 async def test_purge_deleted_removes_old_tombstones_only(store: Store) -> None:
     c, run_id, c2 = await crawled(store)
-    plan = PrunePlan(PruneAction.DELETE_UNSEEN, crawl_id=c2.id, immediate=True, run_id=run_id)
+    plan = PrunePlan(PruneAction.DELETE_UNSEEN, crawl_id=c2.id, delete_at_once=True, run_id=run_id)
     await store.mutate_with_prune(c.id, keep([], plan), unseen_by=c2.id)  # deleted at at(10)
     assert await store.purge_deleted(at(10)) == 0
     assert await store.purge_deleted(at(10.5)) == 2
@@ -261,7 +261,7 @@ async def test_applying_held_deletions_leaves_nothing_held(store: Store) -> None
 
     await store.mutate_with_prune(c.id, held, unseen_by=c2.id)
     await crawl(store, c, ("c", 1))  # c comes back (unchanged) in a crawl begun since
-    apply = PrunePlan(PruneAction.DELETE_HELD, immediate=True)
+    apply = PrunePlan(PruneAction.DELETE_HELD, delete_at_once=True)
     _, _, applied = await store.mutate_with_prune(c.id, keep([], apply))
     assert applied.deleted == 1
     # Held again later (c gone once more, with a), c's old mark does not linger: only what

@@ -23,7 +23,7 @@ import pytest
 from aiohttp import web
 
 from syncd.api import views
-from syncd.cli.main import Streams, build_parser, execute
+from syncd.cli.entry import Streams, build_parser, execute
 from syncd.daemon import Daemon
 from syncd.errors import Conflict
 from syncd.models import Connector, DocStatus, Run, RunOutcome, Transition, utcnow

@@ -16,7 +16,7 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from syncd.cli.main import Streams, build_parser, execute
+from syncd.cli.entry import Streams, build_parser, execute
 from syncd.config import Config
 from syncd.daemon import Daemon
 from syncd.service.changes import Change

@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from syncd import __version__
-from syncd.daemon.core import INSTANCES_SEEN_BEATS
+from syncd.daemon.instances import INSTANCES_SEEN_BEATS
 from syncd.models import utcnow
 from tests.integration.conftest import DaemonFactory
 

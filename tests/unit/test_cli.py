@@ -24,9 +24,9 @@ import pytest
 from aiohttp import web
 
 from syncd.cli.client import ApiError, Client, DaemonUnreachable, url_from_listen
+from syncd.cli.entry import Streams, build_parser, execute, main
 from syncd.cli.files import ConnectorFileError, parse_connector_text
 from syncd.cli.format import progress_bar, render_table
-from syncd.cli.main import Streams, build_parser, execute, main
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -46,7 +46,7 @@ def connector(**fields: Any) -> Connector:
 
 def succeed(c: Connector, counts: PruneCounts | None, crawl: Crawl | None = None) -> Any:
     return rules.succeed(
-        c, run_id="r", now=NOW, crawl=crawl or Crawl("k", True), counts=counts, immediate=True
+        c, run_id="r", now=NOW, crawl=crawl or Crawl("k", True), counts=counts, delete_at_once=True
     )
 
 
@@ -67,7 +67,7 @@ def test_the_guard(live: int, unseen: int, action: PruneAction | None, held: int
     assert (t.prune.action if t.prune else None) == action
     assert t.connector.deletions_held == held
     if t.prune is not None:
-        assert (t.prune.crawl_id, t.prune.run_id, t.prune.immediate) == ("k", "r", True)
+        assert (t.prune.crawl_id, t.prune.run_id, t.prune.delete_at_once) == ("k", "r", True)
 
 
 def test_prune_max_fraction_and_prune_off() -> None:
@@ -150,17 +150,17 @@ def test_a_patch_of_the_full_crawl_schedule_reschedules() -> None:
 
 def test_apply_held() -> None:
     c = connector(deletions_held=25)
-    t = rules.apply_held(c, now=NOW, immediate=False)
+    t = rules.apply_held(c, now=NOW, delete_at_once=False)
     assert t.connector.deletions_held == 0
-    assert t.prune is not None and (t.prune.action, t.prune.immediate, t.prune.run_id) == (
+    assert t.prune is not None and (t.prune.action, t.prune.delete_at_once, t.prune.run_id) == (
         PruneAction.DELETE_HELD,
         False,
         None,
     )
     with pytest.raises(Conflict, match=r"^No deletions held$"):
-        rules.apply_held(connector(), now=NOW, immediate=False)
+        rules.apply_held(connector(), now=NOW, delete_at_once=False)
     with pytest.raises(Conflict, match=r"^Connector is being deleted$"):
-        rules.apply_held(replace(c, status=ConnectorStatus.DELETING), now=NOW, immediate=False)
+        rules.apply_held(replace(c, status=ConnectorStatus.DELETING), now=NOW, delete_at_once=False)
 
 
 @pytest.mark.parametrize(

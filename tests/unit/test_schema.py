@@ -12,6 +12,7 @@ import pytest
 from pydantic import BaseModel, ConfigDict, Field
 
 from syncd.errors import ValidationError
+from syncd.models import PaginatorSettings
 from syncd.paths import MSG_PATH
 from syncd.plugins import IndexerKind, Registry, SourceKind
 from syncd.schema import (
@@ -22,7 +23,7 @@ from syncd.schema import (
     connector_file_schema,
     model_json_schemas,
 )
-from syncd.schema.spec import SyncDefaults, parse_create, parse_patch
+from syncd.schema.spec import parse_create, parse_patch
 from syncd.sources import pagination as runtime
 
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -60,7 +61,7 @@ def registry() -> Registry:
 
 
 def create(body: Any, kinds: Registry | None = None) -> dict[str, Any]:
-    return parse_create(body, defaults=SyncDefaults(), kinds=kinds or registry())
+    return parse_create(body, defaults=PaginatorSettings(), kinds=kinds or registry())
 
 
 def create_errors(body: Any, kinds: Registry | None = None) -> dict[str, str]:

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from syncd.errors import ValidationError
-from syncd.models import ConnectorStatus
+from syncd.models import ConnectorStatus, PaginatorSettings
 from syncd.plugins import (
     IndexerKind,
     Registry,
@@ -15,11 +15,11 @@ from syncd.plugins import (
     builtin_indexer_kinds,
     builtin_source_kinds,
 )
-from syncd.schema.spec import INT_MAX, INT_MIN, SyncDefaults, parse_create, parse_patch
+from syncd.schema.spec import INT_MAX, INT_MIN, parse_create, parse_patch
 
 SOURCES = frozenset({"http", "plugin"})
 INDEXERS = frozenset({"store", "webhook"})
-DEFAULTS = SyncDefaults()
+DEFAULTS = PaginatorSettings()
 HTTP_SOURCE = {
     "type": "http",
     "url": "http://127.0.0.1:9000/items",
@@ -92,7 +92,7 @@ def test_minimal_create_fills_defaults() -> None:
 
 
 def test_daemon_defaults_are_used() -> None:
-    defaults = SyncDefaults(
+    defaults = PaginatorSettings(
         page_retries=7, page_retry_backoff=0.5, throttle_seconds=1.5, retry_on_status=(429,)
     )
     out = create({"name": "n", "source": PLUGIN_SOURCE}, defaults=defaults)
@@ -611,13 +611,12 @@ def test_every_problem_is_reported_with_the_field_errors() -> None:
 
 
 def test_paginator_defaults_have_one_home() -> None:
-    # SyncDefaults is the older name of models.PaginatorSettings; a connector created without
-    # the four keys gets the same values as a Connector record built without them.
+    # A connector created without the four keys gets the same values as a Connector record
+    # built without them.
     from datetime import UTC, datetime
 
-    from syncd.models import DEFAULT_PAGINATOR, Connector, PaginatorSettings
+    from syncd.models import DEFAULT_PAGINATOR, Connector
 
-    assert SyncDefaults is PaginatorSettings
     out = create({"name": "n", "source": PLUGIN_SOURCE}, defaults=DEFAULT_PAGINATOR)
     now = datetime.now(UTC)
     record = Connector(id="c", name="n", source={}, indexer={}, created_at=now, updated_at=now)
