@@ -1,6 +1,6 @@
 """The PostgreSQL plumbing under :class:`~syncd.store.postgres.PostgresStore`: an asyncpg pool,
-its migrations, and a handful of verbs over the named statements of
-:mod:`syncd.store.postgres_sql`.
+the migrations of :mod:`syncd.store.postgres_migrations` applied when it opens, and a handful
+of verbs over the named statements of :mod:`syncd.store.postgres_sql`.
 
 Reads that need no transaction and answer a client (the API's connector reads, the metrics'
 totals) go to :attr:`PostgresDatabase.reader`: a small pool of their own, so that they never
@@ -24,6 +24,7 @@ import orjson
 
 from syncd.errors import NameConflict, StoreError
 from syncd.store import codec
+from syncd.store import postgres_migrations as schema
 from syncd.store import postgres_sql as sql
 
 __all__ = ["READ_POOL_SIZE", "PostgresDatabase", "PostgresReader", "PostgresTransaction", "Record"]
@@ -130,19 +131,19 @@ async def _migrate(conn: _Conn) -> None:
     # A transaction-level lock (not a session one) so that it also holds behind a
     # transaction-mode pooler; DDL is transactional, so a failed migration leaves nothing.
     async with conn.transaction():
-        await conn.execute(sql.LOCK_MIGRATIONS, sql.MIGRATION_LOCK_KEY)
-        await conn.execute(sql.CREATE_VERSION_TABLE)
-        current: int = await conn.fetchval(sql.CURRENT_VERSION)
-        latest = sql.MIGRATIONS[-1][0]
+        await conn.execute(schema.LOCK_MIGRATIONS, schema.MIGRATION_LOCK_KEY)
+        await conn.execute(schema.CREATE_VERSION_TABLE)
+        current: int = await conn.fetchval(schema.CURRENT_VERSION)
+        latest = schema.MIGRATIONS[-1][0]
         if current > latest:
             raise StoreError(
                 f"database schema version {current} is newer than this syncd "
                 f"supports ({latest}): upgrade syncd"
             )
-        for version, statements in sql.MIGRATIONS:
+        for version, statements in schema.MIGRATIONS:
             if version > current:
                 await conn.execute(statements)
-                await conn.execute(sql.RECORD_VERSION, version)
+                await conn.execute(schema.RECORD_VERSION, version)
 
 
 class PostgresTransaction:
