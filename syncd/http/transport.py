@@ -22,10 +22,10 @@ secrets). 303 (and 301/302 after a POST) continue as a GET without a body. A for
 such a redirect is refused.
 
 With ``block_private_addresses`` (config ``http.block_private_addresses``) every connection,
-redirect hops included, is refused with :class:`BlockedAddressError` when its host is, or
-resolves to, a loopback, private, link-local, unique-local, multicast, reserved or cloud
-metadata address: names are checked by a resolver wrapped around aiohttp's, IP literals
-(which aiohttp does not resolve) before the request is sent.
+redirect hops included, is refused with :class:`~syncd.http.guard.BlockedAddressError` when
+its host is, or resolves to, a loopback, private, link-local, unique-local, multicast,
+reserved or cloud metadata address: names are checked by a resolver wrapped around
+aiohttp's, IP literals (which aiohttp does not resolve) before the request is sent.
 
 With ``budgets`` (:mod:`syncd.http.budget`) every attempt — each retry and each redirect hop —
 first waits for its host's budget (cooldown, token, concurrency slot), holding the slot until
@@ -78,12 +78,7 @@ from syncd.http.budget import (
     hold_budget,
     note_cooldown,
 )
-from syncd.http.guard import (
-    BlockedAddressError,
-    GuardedResolver,
-    blocked_address_kind,
-    check_literal,
-)
+from syncd.http.guard import GuardedResolver, check_literal
 from syncd.http.ratelimit import (
     DEFAULT_MAX_RATE_LIMIT_WAIT,
     RATE_LIMIT_STATUSES,
@@ -93,9 +88,11 @@ from syncd.http.ratelimit import (
 )
 from syncd.http.retry_after import clamp_retry_after, parse_retry_after
 from syncd.http.timeouts import Timeouts, resolve_timeouts
+from syncd.http.urls import redirect_target, safe_url, with_url_auth
 from syncd.models import WaitReason
-from syncd.observability.logs import mask_url_passwords
 
+# Timeouts, resolve_timeouts (:mod:`syncd.http.timeouts`) and safe_url (:mod:`syncd.http.urls`)
+# are named here too, for the modules that import them with the transport.
 __all__ = [
     "DEFAULT_TIMEOUTS",
     "IDEMPOTENT_METHODS",
@@ -103,12 +100,9 @@ __all__ = [
     "RATE_LIMIT_WAITS",
     "REDIRECT_STATUSES",
     "RETRY_STATUSES",
-    "BlockedAddressError",
     "Response",
     "Timeouts",
     "Transport",
-    "blocked_address_kind",
-    "describe_url",
     "resolve_timeouts",
     "safe_url",
 ]
@@ -137,39 +131,6 @@ Sleep = Callable[[float], Awaitable[None]]
 Clock = Callable[[], float]
 OnRetry = Callable[[BaseException, int], None]
 Params = Mapping[str, str | int | float]
-
-
-def safe_url(url: str | URL) -> str:
-    """``url`` without credentials, query or fragment: fit for messages and logs."""
-    try:
-        parsed = URL(url)
-        return str(parsed.with_user(None).with_query(None).with_fragment(None))
-    except (TypeError, ValueError):
-        return _unparsed(url)
-
-
-def describe_url(url: str | URL) -> str:
-    """``url`` without credentials or fragment, and with every query value masked
-    (``?api_key=***&page=***``): the parameter names still tell two URLs apart in a message,
-    the values (a resolved ``${env:…}`` secret among them) never reach it."""
-    try:
-        parsed = URL(url)
-        masked = [(name, "***") for name in parsed.query]
-        base = parsed.with_user(None).with_query(None).with_fragment(None)
-        # Built by hand: yarl would percent-encode the mask.
-        query = "&".join(f"{name}={value}" for name, value in masked)
-        return f"{base}?{query}" if query else str(base)
-    except (TypeError, ValueError):
-        return _unparsed(url)
-
-
-def _unparsed(url: str | URL) -> str:
-    # A URL yarl cannot parse may still carry a password: mask it as the logs do.
-    return mask_url_passwords(str(url).split("?", 1)[0].split("#", 1)[0])
-
-
-# Kept under its old name: the guard's resolver moved to syncd.http.guard.
-_GuardedResolver = GuardedResolver
 
 
 @dataclass(frozen=True)
@@ -447,7 +408,7 @@ class Transport:
             if hop == 0:
                 kwargs["params"] = params
             elif trusted and isinstance(target, URL) and target.user is None:
-                hop_headers = _with_url_auth(headers, url)
+                hop_headers = with_url_auth(headers, url)
             key, lease = await hold_budget(self.budgets, target, on_wait)
             try:
                 async with session.request(method, target, headers=hop_headers, **kwargs) as resp:
@@ -473,7 +434,7 @@ class Transport:
                     resp.release()  # the body of a redirect is not read
             finally:
                 await lease.release()
-            following = _redirect_target(here, location, method, url)
+            following = redirect_target(here, location, method, url)
             if (resp.status == 303 and method != "HEAD") or (
                 resp.status in (301, 302) and method == "POST"
             ):
@@ -550,36 +511,6 @@ async def _answer(
             headers=resp.headers,
         )
     return _Answer(response, cause, reason, limit)
-
-
-def _redirect_target(here: URL, location: str, method: str, url: str) -> URL:
-    """The absolute URL a ``Location`` header points to (relative to ``here``)."""
-    try:
-        target = URL(location)
-        if not target.scheme or not target.is_absolute():
-            target = here.join(target)
-        valid = target.scheme in ("http", "https") and bool(target.raw_host)
-    except (TypeError, ValueError):
-        valid = False
-    if not valid:
-        raise SourceError(
-            f"{method} {safe_url(url)} redirected to an unusable location "
-            f"{safe_url(location)!r}: only http(s) URLs are followed"
-        )
-    return target.with_fragment(None)
-
-
-def _with_url_auth(headers: Mapping[str, str] | None, url: str) -> Mapping[str, str] | None:
-    """``headers`` plus the Basic credentials of ``url``, if it has any: aiohttp turns them
-    into an Authorization header for the first hop; later hops on the same origin carry it
-    explicitly, since a Location seldom repeats them."""
-    try:
-        auth = aiohttp.BasicAuth.from_url(URL(url))
-    except (TypeError, ValueError):
-        auth = None
-    if auth is None:
-        return headers
-    return {**(headers or {}), "Authorization": auth.encode()}
 
 
 @functools.lru_cache(maxsize=128)
