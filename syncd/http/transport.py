@@ -169,7 +169,7 @@ class _Answer:
     cause: aiohttp.ClientResponseError | None
     reason: str
     # The rate-limit refusal this answer is (its cooldown already noted in the budgets).
-    limit: RateLimit | None = None
+    refusal: RateLimit | None = None
 
 
 class Transport:
@@ -220,7 +220,7 @@ class Transport:
         self.backoff_factor = backoff_factor
         self._sleep: Sleep = sleep if sleep is not None else asyncio.sleep
         self._on_retry = on_retry
-        self._limit = limit
+        self._connection_limit = limit
         self.budgets = budgets
         self.max_rate_limit_wait = max_rate_limit_wait
         self.rate_limit_waits = rate_limit_waits
@@ -241,7 +241,7 @@ class Transport:
                 resolver = GuardedResolver(aiohttp.DefaultResolver())
             self._resolver = resolver
             self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=self._limit, resolver=resolver),
+                connector=aiohttp.TCPConnector(limit=self._connection_limit, resolver=resolver),
                 timeout=_client_timeout(self.timeouts),
                 raise_for_status=False,
             )
@@ -312,7 +312,7 @@ class Transport:
         method = method.upper()
         if idempotent is None:
             idempotent = method in IDEMPOTENT_METHODS
-        budget = self.retries if idempotent else 0
+        max_retries = self.retries if idempotent else 0
         client_timeout = _client_timeout(timeout) if timeout is not None else None
         retry = waits = 0
         while True:
@@ -331,21 +331,21 @@ class Transport:
                 )
             except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as exc:
                 error, retryable = _translate(exc, method, url)
-                if not retryable or retry >= budget:
+                if not retryable or retry >= max_retries:
                     raise error from exc
                 retry_after = None
             else:
                 status = answer.response.status
                 if status < 400:
                     return answer.response
-                limit = answer.limit
-                if limit is not None and idempotent and self._may_wait(limit, waits):
+                refusal = answer.refusal
+                if refusal is not None and idempotent and self._may_wait(refusal, waits):
                     waits += 1
-                    await self._wait_rate_limit(method, url, answer, limit, waits, on_wait)
+                    await self._wait_rate_limit(method, url, answer, refusal, waits, on_wait)
                     continue
-                note = "" if limit is None else self._refusal_note(limit, waits, idempotent)
+                note = "" if refusal is None else self._refusal_note(refusal, waits, idempotent)
                 error = _status_error(method, answer, note)
-                if status not in RETRY_STATUSES or retry >= budget:
+                if status not in RETRY_STATUSES or retry >= max_retries:
                     if not raise_for_status:
                         return answer.response
                     raise error from answer.cause
@@ -364,7 +364,7 @@ class Transport:
                 method=method,
                 url=safe_url(url),
                 retry=retry,
-                of=budget,
+                of=max_retries,
                 delay=delay,
                 error=str(error),
             )
@@ -412,7 +412,7 @@ class Transport:
             key, lease = await hold_budget(self.budgets, target, on_wait)
             try:
                 async with session.request(method, target, headers=hop_headers, **kwargs) as resp:
-                    limit = (
+                    refusal = (
                         rate_limit(resp.status, resp.headers, now=self._wall_clock())
                         if resp.status in RATE_LIMIT_STATUSES
                         else None
@@ -421,7 +421,7 @@ class Transport:
                         self.budgets,
                         key,
                         cooldown_seconds(
-                            resp.status, resp.headers, limit, self.max_rate_limit_wait
+                            resp.status, resp.headers, refusal, self.max_rate_limit_wait
                         ),
                     )
                     here = resp.url
@@ -430,7 +430,7 @@ class Transport:
                         resp.headers.get("Location") if resp.status in REDIRECT_STATUSES else None
                     )
                     if location is None:
-                        return await _answer(resp, url, limit)
+                        return await _answer(resp, url, refusal)
                     resp.release()  # the body of a redirect is not read
             finally:
                 await lease.release()
@@ -456,21 +456,21 @@ class Transport:
             target = following
         raise SourceError(f"too many redirects (over {self.max_redirects}): {safe_url(url)}")
 
-    def _refusal_note(self, limit: RateLimit, waits: int, idempotent: bool) -> str:
+    def _refusal_note(self, refusal: RateLimit, waits: int, idempotent: bool) -> str:
         return refusal_note(
-            limit, max_wait=self.max_rate_limit_wait, waits=waits if idempotent else 0
+            refusal, max_wait=self.max_rate_limit_wait, waits=waits if idempotent else 0
         )
 
-    def _may_wait(self, limit: RateLimit, waits: int) -> bool:
+    def _may_wait(self, refusal: RateLimit, waits: int) -> bool:
         """Whether a rate-limit refusal is waited out (the request being repeatable)."""
-        return waits < self.rate_limit_waits and not limit.beyond(self.max_rate_limit_wait)
+        return waits < self.rate_limit_waits and not refusal.beyond(self.max_rate_limit_wait)
 
     async def _wait_rate_limit(
         self,
         method: str,
         url: str,
         answer: _Answer,
-        limit: RateLimit,
+        refusal: RateLimit,
         waits: int,
         on_wait: OnWait | None,
     ) -> None:
@@ -482,21 +482,21 @@ class Transport:
             method=method,
             url=safe_url(url),
             status=answer.response.status,
-            field=limit.field,
-            wait=round(limit.wait, 3),
-            until=limit.until.isoformat(),
+            field=refusal.field,
+            wait=round(refusal.wait, 3),
+            until=refusal.until.isoformat(),
             wait_number=waits,
             of=self.rate_limit_waits,
         )
         if on_wait is not None:
-            on_wait(WaitReason.HOST_COOLDOWN, limit.wait)
-        await self._sleep(limit.wait)
+            on_wait(WaitReason.HOST_COOLDOWN, refusal.wait)
+        await self._sleep(refusal.wait)
 
 
 async def _answer(
     resp: aiohttp.ClientResponse,
     requested_url: str,
-    limit: RateLimit | None = None,
+    refusal: RateLimit | None = None,
 ) -> _Answer:
     body = await resp.read()
     reason = resp.reason or ""
@@ -510,7 +510,7 @@ async def _answer(
             message=reason,
             headers=resp.headers,
         )
-    return _Answer(response, cause, reason, limit)
+    return _Answer(response, cause, reason, refusal)
 
 
 @functools.lru_cache(maxsize=128)
@@ -528,10 +528,10 @@ def _status_error(method: str, answer: _Answer, note: str = "") -> HTTPStatusErr
     retry_after = parse_retry_after(response.headers.get("Retry-After"))
     status = f"HTTP {response.status} {answer.reason}".rstrip()
     message = f"{status} from {method} {safe_url(response.url)}"
-    if answer.limit is not None:
+    if answer.refusal is not None:
         message = f"{message}: {note}" if note else message
         return RateLimitError(
-            response.status, message, retry_after=retry_after, until=answer.limit.until
+            response.status, message, retry_after=retry_after, until=answer.refusal.until
         )
     cls = ClientError if response.status < 500 else ServerError
     return cls(response.status, message, retry_after=retry_after)

@@ -30,7 +30,7 @@ from syncd.models import (
 )
 from syncd.store import codec
 from syncd.store import postgres_sql as sql
-from syncd.store.base import Change, InstanceBeat, PruneChange
+from syncd.store.base import InstanceBeat, PruneRule, StateRule
 from syncd.store.claims import plan_claims
 from syncd.store.postgres_conn import PostgresDatabase, PostgresTransaction, Record
 from syncd.store.postgres_documents import PostgresDocuments
@@ -131,17 +131,17 @@ class PostgresStore(PostgresRunWrites, PostgresDocuments):
         return [self._counted_page(row) for row in rows]
 
     async def mutate_connector(
-        self, connector_id: str, change: Change, *, fail_documents: str | None = None
+        self, connector_id: str, rule: StateRule, *, fail_documents: str | None = None
     ) -> tuple[Connector, Connector]:
-        """Row-lock the connector, apply ``change``, write it and its run rows: one
+        """Row-lock the connector, apply ``rule``, write it and its run rows: one
         transaction. :class:`NotFound` if missing; :class:`NameConflict` on a rename
-        collision; whatever ``change`` raises propagates and nothing is written."""
+        collision; whatever ``rule`` raises propagates and nothing is written."""
         async with self._db.transaction("update connector") as tx:
             row = await tx.fetch_one(sql.LOCK_CONNECTOR, connector_id)
             if row is None:
                 raise NotFound()
             before = _connector(row)
-            after = await self._write_transition(tx, connector_id, change(before))
+            after = await self._write_transition(tx, connector_id, rule(before))
             if fail_documents is not None:
                 await tx.execute(
                     sql.FAIL_DOCUMENTS,
@@ -153,9 +153,9 @@ class PostgresStore(PostgresRunWrites, PostgresDocuments):
         return before, after
 
     async def mutate_with_prune(
-        self, connector_id: str, change: PruneChange, *, unseen_by: str | None = None
+        self, connector_id: str, rule: PruneRule, *, unseen_by: str | None = None
     ) -> tuple[Connector, Connector, PruneResult]:
-        """:meth:`mutate_connector` whose change also sees the prune counts of crawl
+        """:meth:`mutate_connector` whose rule also sees the prune counts of crawl
         ``unseen_by`` and whose prune plan is applied in the same transaction."""
         async with self._db.transaction("prune documents") as tx:
             row = await tx.fetch_one(sql.LOCK_CONNECTOR, connector_id)
@@ -169,7 +169,7 @@ class PostgresStore(PostgresRunWrites, PostgresDocuments):
                 found = await tx.fetch_one(sql.PRUNE_COUNTS, connector_id, unseen_by)
                 assert found is not None  # an aggregate always has a row
                 counts = PruneCounts(int(found["live"]), int(found["unseen"]))
-            transition = change(before, counts)
+            transition = rule(before, counts)
             after = await self._write_transition(tx, connector_id, transition)
             unmark = completing and before.deletions_held > 0
             if (lock := _prune_lock(transition.prune, unmark=unmark)) is not None:
@@ -188,7 +188,7 @@ class PostgresStore(PostgresRunWrites, PostgresDocuments):
     async def _write_transition(
         self, tx: PostgresTransaction, connector_id: str, transition: Transition
     ) -> Connector:
-        """Write a transition's connector (always the locked row, whatever id the change put
+        """Write a transition's connector (always the locked row, whatever id the rule put
         in the record) and run rows; the connector as given."""
         after = transition.connector
         values = codec.connector_to_row(after, dt=codec.identity, js=codec.identity)
@@ -232,7 +232,7 @@ class PostgresStore(PostgresRunWrites, PostgresDocuments):
         return int(await self._db.fetch_value(sql.COUNT_ADMISSIBLE, now, limit) or 0)
 
     async def claim_due(
-        self, now: datetime, change: Change, *, limit: int
+        self, now: datetime, rule: StateRule, *, limit: int
     ) -> list[tuple[Connector, Connector]]:
         """The bulk claim in one transaction (see :meth:`syncd.store.Store.claim_due`):
         ``FOR UPDATE SKIP LOCKED`` rows, the rule applied in Python, then one statement
@@ -241,7 +241,7 @@ class PostgresStore(PostgresRunWrites, PostgresDocuments):
             return []
         async with self._db.transaction("claim due connectors") as tx:
             rows = await tx.fetch_all(sql.LOCK_ADMISSIBLE, now, limit)
-            plan = plan_claims([_connector(r) for r in rows], change)
+            plan = plan_claims([_connector(r) for r in rows], rule)
             if plan.written:
                 values = [codec.claim_values(c, dt=codec.identity) for c in plan.written]
                 await tx.execute(

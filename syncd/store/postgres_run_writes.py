@@ -54,7 +54,7 @@ class PostgresRunWrites:
         crawl_id = crawl.id if crawl is not None else None
         async with self._db.transaction("commit page") as tx:
             fenced = await tx.fetch_value(
-                sql.FENCE_PAGE,
+                sql.CHECKPOINT_PAGE,
                 connector_id,
                 run_id,
                 next_cursor,

@@ -149,9 +149,10 @@ DELETE_CONNECTOR: Final = "DELETE FROM connectors WHERE id = $1"  # runs go by c
 
 # --- run writes, fenced by run id ---------------------------------------------------------
 
-# The fence: only the connector's current run may write, and the row lock it takes
-# serialises the page commit with an abort that clears run_id.
-FENCE_PAGE: Final = """
+# The fence and the checkpoint in one statement: only the connector's current run may write
+# (no row returned means "not the current run"), and the row lock it takes serialises the
+# page commit with an abort that clears run_id.
+CHECKPOINT_PAGE: Final = """
 UPDATE connectors SET
     resume_cursor = $3, source_state = $4, progress_pages = progress_pages + 1,
     progress_documents = progress_documents + $5, sync_heartbeat_at = $6,
@@ -425,7 +426,7 @@ ORDER BY connector_id, external_id LIMIT $1"""
 # the statement's snapshot cannot see, so an update by ctid skipped it (the document then
 # stayed pending with its queue entry gone); the join meets the old version and updates the
 # latest one.
-_CLAIM: Final = """
+_DOCUMENT_CLAIM: Final = """
 WITH c AS (
     SELECT l.external_id
     FROM (SELECT DISTINCT unnest($2::text[]) AS external_id ORDER BY 1) AS i
@@ -441,9 +442,9 @@ UPDATE documents AS d SET
 FROM c
 WHERE d.connector_id = $1 AND d.external_id = c.external_id
 RETURNING """
-_CLAIM_COLUMNS: Final = ", ".join(f"d.{c}" for c in DOCUMENT_COLUMNS)
-CLAIM_DOCUMENTS: Final = f"{_CLAIM}{_CLAIM_COLUMNS}, d.payload"
-CLAIM_DOCUMENTS_NO_PAYLOAD: Final = f"{_CLAIM}{_CLAIM_COLUMNS}"
+_CLAIMED_DOCUMENT_COLUMNS: Final = ", ".join(f"d.{c}" for c in DOCUMENT_COLUMNS)
+CLAIM_DOCUMENTS: Final = f"{_DOCUMENT_CLAIM}{_CLAIMED_DOCUMENT_COLUMNS}, d.payload"
+CLAIM_DOCUMENTS_NO_PAYLOAD: Final = f"{_DOCUMENT_CLAIM}{_CLAIMED_DOCUMENT_COLUMNS}"
 
 # Driven by the ids like the claim, for the same reason: "external_id = ANY($4)" next to
 # "status = 'running'" was planned as a scan of the connector's running entries of the

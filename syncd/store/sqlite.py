@@ -31,7 +31,7 @@ from syncd.models import (
     Transition,
 )
 from syncd.store import sqlite_sql as sql
-from syncd.store.base import Change, InstanceBeat, PruneChange
+from syncd.store.base import InstanceBeat, PruneRule, StateRule
 from syncd.store.claims import plan_claims
 from syncd.store.codec import (
     DecodedRows,
@@ -153,16 +153,16 @@ class SQLiteStore(SQLiteRunWrites, SQLiteDocuments):
         return await self._db.reader.fetch_all(query, *params)
 
     async def mutate_connector(
-        self, connector_id: str, change: Change, *, fail_documents: str | None = None
+        self, connector_id: str, rule: StateRule, *, fail_documents: str | None = None
     ) -> tuple[Connector, Connector]:
-        """Atomically read the connector, apply ``change`` and write the result with its
+        """Atomically read the connector, apply ``rule`` and write the result with its
         run rows (see :meth:`syncd.store.Store.mutate_connector`)."""
         async with self._db.transaction() as tx:
             row = await tx.fetch_one(sql.GET_CONNECTOR, connector_id)
             if row is None:
                 raise NotFound()
             before = connector_from_row(row)
-            after = await self._write_transition(tx, before, change(before))
+            after = await self._write_transition(tx, before, rule(before))
             if fail_documents is not None:
                 await tx.execute(
                     sql.FAIL_DOCUMENTS,
@@ -174,9 +174,9 @@ class SQLiteStore(SQLiteRunWrites, SQLiteDocuments):
         return before, after
 
     async def mutate_with_prune(
-        self, connector_id: str, change: PruneChange, *, unseen_by: str | None = None
+        self, connector_id: str, rule: PruneRule, *, unseen_by: str | None = None
     ) -> tuple[Connector, Connector, PruneResult]:
-        """:meth:`mutate_connector` whose change also sees the prune counts of crawl
+        """:meth:`mutate_connector` whose rule also sees the prune counts of crawl
         ``unseen_by`` and whose transition's prune plan is applied in the same transaction
         (see :meth:`syncd.store.Store.mutate_with_prune`)."""
         async with self._db.transaction() as tx:
@@ -191,7 +191,7 @@ class SQLiteStore(SQLiteRunWrites, SQLiteDocuments):
                 found = await tx.fetch_one(sql.PRUNE_COUNTS, connector_id, unseen_by)
                 assert found is not None  # an aggregate always has a row
                 counts = PruneCounts(int(found[0]), int(found[1]))
-            transition = change(before, counts)
+            transition = rule(before, counts)
             after = await self._write_transition(tx, before, transition)
             if completing and before.deletions_held:
                 # The crawl recomputes what is held (documents are held only while the
@@ -278,7 +278,7 @@ class SQLiteStore(SQLiteRunWrites, SQLiteDocuments):
         return int(found or 0)
 
     async def claim_due(
-        self, now: datetime, change: Change, *, limit: int
+        self, now: datetime, rule: StateRule, *, limit: int
     ) -> list[tuple[Connector, Connector]]:
         """The bulk claim in one ``BEGIN IMMEDIATE`` transaction (see
         :meth:`syncd.store.Store.claim_due`): the write lock makes it exclusive."""
@@ -286,7 +286,7 @@ class SQLiteStore(SQLiteRunWrites, SQLiteDocuments):
             return []
         async with self._db.transaction() as tx:
             rows = await tx.fetch_all(sql.ADMISSIBLE_CONNECTORS, now=encode_dt(now), limit=limit)
-            plan = plan_claims([connector_from_row(r) for r in rows], change)
+            plan = plan_claims([connector_from_row(r) for r in rows], rule)
             if plan.written:
                 await tx.executemany(
                     sql.CLAIM_CONNECTOR,

@@ -109,7 +109,7 @@ class SQLiteRunWrites:
                 if run is not None:
                     sample = merge_rejections(run[1], int(run[0]) + 1, rejected)
             conn.execute(
-                sql.COUNT_PAGE,
+                sql.RUN_PAGE,
                 (len(documents), len(enqueue), len(rejected), sample, note, len(gone), run_id),
             )
             return enqueue, gone

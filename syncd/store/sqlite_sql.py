@@ -198,7 +198,7 @@ PURGE_DELETED = "DELETE FROM documents WHERE status = 'deleted' AND updated_at <
 # The sample of rejections is read and rewritten only when a page rejected records; a null
 # sample or note leaves the column as it is.
 RUN_REJECTIONS = "SELECT pages, rejections FROM runs WHERE id = ?"
-COUNT_PAGE = (
+RUN_PAGE = (
     "UPDATE runs SET pages = pages + 1, documents_seen = documents_seen + ?, "
     "documents_enqueued = documents_enqueued + ?, documents_rejected = documents_rejected + ?, "
     "rejections = COALESCE(?, rejections), note = COALESCE(?, note), deleted = deleted + ? "
@@ -214,10 +214,10 @@ REPORT = (
 
 # --- documents --------------------------------------------------------------------------
 
-_DOC_COLUMNS = ", ".join(DOCUMENT_COLUMNS)
+_DOCUMENT_COLUMNS = ", ".join(DOCUMENT_COLUMNS)
 
 GET_DOCUMENT = (
-    f"SELECT {_DOC_COLUMNS}, payload FROM documents WHERE connector_id = ? AND external_id = ?"
+    f"SELECT {_DOCUMENT_COLUMNS}, payload FROM documents WHERE connector_id = ? AND external_id = ?"
 )
 
 
@@ -230,7 +230,7 @@ def list_documents(*, by_status: bool, after: bool) -> str:
     if after:
         where.append("external_id > ?")
     return (
-        f"SELECT {_DOC_COLUMNS} FROM documents WHERE {' AND '.join(where)} "
+        f"SELECT {_DOCUMENT_COLUMNS} FROM documents WHERE {' AND '.join(where)} "
         "ORDER BY external_id LIMIT ?"
     )
 
@@ -245,13 +245,13 @@ PENDING_DOCUMENTS_AFTER = (
     "SELECT connector_id, external_id FROM documents WHERE status = 'pending' "
     "AND (connector_id, external_id) > (?, ?) ORDER BY connector_id, external_id LIMIT ?"
 )
-_CLAIM = (
+_DOCUMENT_CLAIM = (
     "UPDATE documents SET status = 'running', lease_token = ?, lease_until = ?, "
     "attempts = attempts + 1, updated_at = ? WHERE status = 'pending' AND connector_id = ? "
     "AND external_id IN (SELECT value FROM json_each(?)) "
 )
-CLAIM_DOCUMENTS = f"{_CLAIM}RETURNING {_DOC_COLUMNS}, payload"
-CLAIM_DOCUMENTS_NO_PAYLOAD = f"{_CLAIM}RETURNING {_DOC_COLUMNS}"
+CLAIM_DOCUMENTS = f"{_DOCUMENT_CLAIM}RETURNING {_DOCUMENT_COLUMNS}, payload"
+CLAIM_DOCUMENTS_NO_PAYLOAD = f"{_DOCUMENT_CLAIM}RETURNING {_DOCUMENT_COLUMNS}"
 # One statement for every result of a batch that shares its status and error (usually the
 # whole batch): each id one probe of the status index.
 FINISH_DOCUMENTS = (
