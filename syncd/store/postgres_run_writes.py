@@ -13,9 +13,9 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from syncd import rules
 from syncd.errors import Fenced
 from syncd.models import Crawl, DocStatus, DocumentInput, Rejection, Waiting
+from syncd.rules.documents import REQUEUE_ERROR, REQUEUE_STATUS
 from syncd.store import codec
 from syncd.store import postgres_sql as sql
 from syncd.store.postgres_conn import PostgresDatabase
@@ -80,9 +80,9 @@ class PostgresRunWrites:
                     [latest[i].content_hash for i in ids],
                     [codec.payload_text(latest[i]) for i in ids],
                     now,
-                    rules.REQUEUE_ERROR,
+                    REQUEUE_ERROR,
                     DocStatus.INDEXED.value if indexed else DocStatus.PENDING.value,
-                    rules.REQUEUE_STATUS.value,
+                    REQUEUE_STATUS.value,
                 )
                 enqueued = [row[0] for row in rows]
                 # What a full crawl saw, for its prune: one row for the page. An incremental

@@ -20,7 +20,6 @@ from syncd.store.codec import CLAIM_COLUMNS, CONNECTOR_COLUMNS, DOCUMENT_COLUMNS
 # The document counters' SQL lives in postgres_counters_sql; the store reads these names
 # here (errors name a statement by its name in this module).
 COUNT_DELTAS_KEPT: Final = counters.COUNT_DELTAS_KEPT
-COUNT_LOCK_CLASS: Final = counters.COUNT_LOCK_CLASS
 DOCUMENT_COUNTS: Final = counters.DOCUMENT_COUNTS
 DOCUMENT_TOTALS: Final = counters.DOCUMENT_TOTALS
 DELETE_CONNECTOR_COUNTS: Final = counters.DELETE_CONNECTOR_COUNTS
@@ -163,8 +162,8 @@ RETURNING id"""
 # One statement for the whole page; payloads are JSON text, stored as they are. The WHERE of
 # DO UPDATE leaves unchanged documents untouched (no new row version), and RETURNING yields
 # exactly the ids to enqueue. Parameters: connector id, external ids, content hashes,
-# payloads, now, rules.REQUEUE_ERROR, the status to write, rules.REQUEUE_STATUS. A document
-# written is an index operation, no longer held.
+# payloads, now, REQUEUE_ERROR, the status to write, REQUEUE_STATUS (syncd.rules.documents).
+# A document written is an index operation, no longer held.
 UPSERT_DOCUMENTS: Final = """
 INSERT INTO documents AS d
     (connector_id, external_id, status, content_hash, payload, error, attempts,
