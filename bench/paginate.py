@@ -29,7 +29,9 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from syncd.http import AsyncCursorPaginator, CancelToken, Timeouts, Transport
+from syncd.http.paginator import AsyncCursorPaginator, CancelToken
+from syncd.http.timeouts import Timeouts
+from syncd.http.transport import Transport
 from syncd.sources.base import SourceContext
 from syncd.sources.http import HttpSource
 

@@ -47,7 +47,7 @@ async def _nothing(documents: Claimed) -> None:
     return None
 
 
-# syncd's SQLite documents table and status index (syncd/store/sqlite_sql.py, migrations 1
+# syncd's SQLite documents table and status index (syncd/store/sqlite_migrations.py, migrations 1
 # and 3), without the counters.
 SQLITE_SCHEMA = (
     """

@@ -1,20 +1,4 @@
-"""The fetch layer: HTTP transport, Retry-After parsing and the cursor paginator."""
-
-from syncd.http.paginator import AsyncCursorPaginator, CancelToken, FetchPage
-from syncd.http.retry_after import MAX_RETRY_AFTER, clamp_retry_after, parse_retry_after
-from syncd.http.timeouts import Timeouts, resolve_timeouts
-from syncd.http.transport import Response, Transport, safe_url
-
-__all__ = [
-    "MAX_RETRY_AFTER",
-    "AsyncCursorPaginator",
-    "CancelToken",
-    "FetchPage",
-    "Response",
-    "Timeouts",
-    "Transport",
-    "clamp_retry_after",
-    "parse_retry_after",
-    "resolve_timeouts",
-    "safe_url",
-]
+"""The fetch layer: the HTTP transport (:mod:`~syncd.http.transport`), the cursor paginator
+(:mod:`~syncd.http.paginator`), Retry-After parsing, timeouts, the private-address guard, URLs
+fit for messages, and the per-host budgets and rate limits. Import each from its module (the
+paginator is also part of the package root's API: ``syncd.AsyncCursorPaginator``)."""

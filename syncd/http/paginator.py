@@ -19,8 +19,9 @@ from syncd.errors import (
     PaginationLoopError,
     SourceError,
 )
+from syncd.http.guard import BlockedAddressError
 from syncd.http.retry_after import clamp_retry_after
-from syncd.http.transport import BlockedAddressError, describe_url
+from syncd.http.urls import describe_url
 from syncd.models import Page, WaitReason
 from syncd.observability.logs import redact
 

@@ -22,10 +22,10 @@ secrets). 303 (and 301/302 after a POST) continue as a GET without a body. A for
 such a redirect is refused.
 
 With ``block_private_addresses`` (config ``http.block_private_addresses``) every connection,
-redirect hops included, is refused with :class:`BlockedAddressError` when its host is, or
-resolves to, a loopback, private, link-local, unique-local, multicast, reserved or cloud
-metadata address: names are checked by a resolver wrapped around aiohttp's, IP literals
-(which aiohttp does not resolve) before the request is sent.
+redirect hops included, is refused with :class:`~syncd.http.guard.BlockedAddressError` when
+its host is, or resolves to, a loopback, private, link-local, unique-local, multicast,
+reserved or cloud metadata address: names are checked by a resolver wrapped around
+aiohttp's, IP literals (which aiohttp does not resolve) before the request is sent.
 
 With ``budgets`` (:mod:`syncd.http.budget`) every attempt — each retry and each redirect hop —
 first waits for its host's budget (cooldown, token, concurrency slot), holding the slot until
@@ -78,12 +78,7 @@ from syncd.http.budget import (
     hold_budget,
     note_cooldown,
 )
-from syncd.http.guard import (
-    BlockedAddressError,
-    GuardedResolver,
-    blocked_address_kind,
-    check_literal,
-)
+from syncd.http.guard import GuardedResolver, check_literal
 from syncd.http.ratelimit import (
     DEFAULT_MAX_RATE_LIMIT_WAIT,
     RATE_LIMIT_STATUSES,
@@ -93,9 +88,11 @@ from syncd.http.ratelimit import (
 )
 from syncd.http.retry_after import clamp_retry_after, parse_retry_after
 from syncd.http.timeouts import Timeouts, resolve_timeouts
+from syncd.http.urls import redirect_target, safe_url, with_url_auth
 from syncd.models import WaitReason
-from syncd.observability.logs import mask_url_passwords
 
+# Timeouts, resolve_timeouts (:mod:`syncd.http.timeouts`) and safe_url (:mod:`syncd.http.urls`)
+# are named here too, for the modules that import them with the transport.
 __all__ = [
     "DEFAULT_TIMEOUTS",
     "IDEMPOTENT_METHODS",
@@ -103,12 +100,9 @@ __all__ = [
     "RATE_LIMIT_WAITS",
     "REDIRECT_STATUSES",
     "RETRY_STATUSES",
-    "BlockedAddressError",
     "Response",
     "Timeouts",
     "Transport",
-    "blocked_address_kind",
-    "describe_url",
     "resolve_timeouts",
     "safe_url",
 ]
@@ -137,39 +131,6 @@ Sleep = Callable[[float], Awaitable[None]]
 Clock = Callable[[], float]
 OnRetry = Callable[[BaseException, int], None]
 Params = Mapping[str, str | int | float]
-
-
-def safe_url(url: str | URL) -> str:
-    """``url`` without credentials, query or fragment: fit for messages and logs."""
-    try:
-        parsed = URL(url)
-        return str(parsed.with_user(None).with_query(None).with_fragment(None))
-    except (TypeError, ValueError):
-        return _unparsed(url)
-
-
-def describe_url(url: str | URL) -> str:
-    """``url`` without credentials or fragment, and with every query value masked
-    (``?api_key=***&page=***``): the parameter names still tell two URLs apart in a message,
-    the values (a resolved ``${env:…}`` secret among them) never reach it."""
-    try:
-        parsed = URL(url)
-        masked = [(name, "***") for name in parsed.query]
-        base = parsed.with_user(None).with_query(None).with_fragment(None)
-        # Built by hand: yarl would percent-encode the mask.
-        query = "&".join(f"{name}={value}" for name, value in masked)
-        return f"{base}?{query}" if query else str(base)
-    except (TypeError, ValueError):
-        return _unparsed(url)
-
-
-def _unparsed(url: str | URL) -> str:
-    # A URL yarl cannot parse may still carry a password: mask it as the logs do.
-    return mask_url_passwords(str(url).split("?", 1)[0].split("#", 1)[0])
-
-
-# Kept under its old name: the guard's resolver moved to syncd.http.guard.
-_GuardedResolver = GuardedResolver
 
 
 @dataclass(frozen=True)
@@ -208,7 +169,7 @@ class _Answer:
     cause: aiohttp.ClientResponseError | None
     reason: str
     # The rate-limit refusal this answer is (its cooldown already noted in the budgets).
-    limit: RateLimit | None = None
+    refusal: RateLimit | None = None
 
 
 class Transport:
@@ -259,7 +220,7 @@ class Transport:
         self.backoff_factor = backoff_factor
         self._sleep: Sleep = sleep if sleep is not None else asyncio.sleep
         self._on_retry = on_retry
-        self._limit = limit
+        self._connection_limit = limit
         self.budgets = budgets
         self.max_rate_limit_wait = max_rate_limit_wait
         self.rate_limit_waits = rate_limit_waits
@@ -280,7 +241,7 @@ class Transport:
                 resolver = GuardedResolver(aiohttp.DefaultResolver())
             self._resolver = resolver
             self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=self._limit, resolver=resolver),
+                connector=aiohttp.TCPConnector(limit=self._connection_limit, resolver=resolver),
                 timeout=_client_timeout(self.timeouts),
                 raise_for_status=False,
             )
@@ -351,7 +312,7 @@ class Transport:
         method = method.upper()
         if idempotent is None:
             idempotent = method in IDEMPOTENT_METHODS
-        budget = self.retries if idempotent else 0
+        max_retries = self.retries if idempotent else 0
         client_timeout = _client_timeout(timeout) if timeout is not None else None
         retry = waits = 0
         while True:
@@ -370,21 +331,21 @@ class Transport:
                 )
             except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as exc:
                 error, retryable = _translate(exc, method, url)
-                if not retryable or retry >= budget:
+                if not retryable or retry >= max_retries:
                     raise error from exc
                 retry_after = None
             else:
                 status = answer.response.status
                 if status < 400:
                     return answer.response
-                limit = answer.limit
-                if limit is not None and idempotent and self._may_wait(limit, waits):
+                refusal = answer.refusal
+                if refusal is not None and idempotent and self._may_wait(refusal, waits):
                     waits += 1
-                    await self._wait_rate_limit(method, url, answer, limit, waits, on_wait)
+                    await self._wait_rate_limit(method, url, answer, refusal, waits, on_wait)
                     continue
-                note = "" if limit is None else self._refusal_note(limit, waits, idempotent)
+                note = "" if refusal is None else self._refusal_note(refusal, waits, idempotent)
                 error = _status_error(method, answer, note)
-                if status not in RETRY_STATUSES or retry >= budget:
+                if status not in RETRY_STATUSES or retry >= max_retries:
                     if not raise_for_status:
                         return answer.response
                     raise error from answer.cause
@@ -403,7 +364,7 @@ class Transport:
                 method=method,
                 url=safe_url(url),
                 retry=retry,
-                of=budget,
+                of=max_retries,
                 delay=delay,
                 error=str(error),
             )
@@ -447,11 +408,11 @@ class Transport:
             if hop == 0:
                 kwargs["params"] = params
             elif trusted and isinstance(target, URL) and target.user is None:
-                hop_headers = _with_url_auth(headers, url)
+                hop_headers = with_url_auth(headers, url)
             key, lease = await hold_budget(self.budgets, target, on_wait)
             try:
                 async with session.request(method, target, headers=hop_headers, **kwargs) as resp:
-                    limit = (
+                    refusal = (
                         rate_limit(resp.status, resp.headers, now=self._wall_clock())
                         if resp.status in RATE_LIMIT_STATUSES
                         else None
@@ -460,7 +421,7 @@ class Transport:
                         self.budgets,
                         key,
                         cooldown_seconds(
-                            resp.status, resp.headers, limit, self.max_rate_limit_wait
+                            resp.status, resp.headers, refusal, self.max_rate_limit_wait
                         ),
                     )
                     here = resp.url
@@ -469,11 +430,11 @@ class Transport:
                         resp.headers.get("Location") if resp.status in REDIRECT_STATUSES else None
                     )
                     if location is None:
-                        return await _answer(resp, url, limit)
+                        return await _answer(resp, url, refusal)
                     resp.release()  # the body of a redirect is not read
             finally:
                 await lease.release()
-            following = _redirect_target(here, location, method, url)
+            following = redirect_target(here, location, method, url)
             if (resp.status == 303 and method != "HEAD") or (
                 resp.status in (301, 302) and method == "POST"
             ):
@@ -495,21 +456,21 @@ class Transport:
             target = following
         raise SourceError(f"too many redirects (over {self.max_redirects}): {safe_url(url)}")
 
-    def _refusal_note(self, limit: RateLimit, waits: int, idempotent: bool) -> str:
+    def _refusal_note(self, refusal: RateLimit, waits: int, idempotent: bool) -> str:
         return refusal_note(
-            limit, max_wait=self.max_rate_limit_wait, waits=waits if idempotent else 0
+            refusal, max_wait=self.max_rate_limit_wait, waits=waits if idempotent else 0
         )
 
-    def _may_wait(self, limit: RateLimit, waits: int) -> bool:
+    def _may_wait(self, refusal: RateLimit, waits: int) -> bool:
         """Whether a rate-limit refusal is waited out (the request being repeatable)."""
-        return waits < self.rate_limit_waits and not limit.beyond(self.max_rate_limit_wait)
+        return waits < self.rate_limit_waits and not refusal.beyond(self.max_rate_limit_wait)
 
     async def _wait_rate_limit(
         self,
         method: str,
         url: str,
         answer: _Answer,
-        limit: RateLimit,
+        refusal: RateLimit,
         waits: int,
         on_wait: OnWait | None,
     ) -> None:
@@ -521,21 +482,21 @@ class Transport:
             method=method,
             url=safe_url(url),
             status=answer.response.status,
-            field=limit.field,
-            wait=round(limit.wait, 3),
-            until=limit.until.isoformat(),
+            field=refusal.field,
+            wait=round(refusal.wait, 3),
+            until=refusal.until.isoformat(),
             wait_number=waits,
             of=self.rate_limit_waits,
         )
         if on_wait is not None:
-            on_wait(WaitReason.HOST_COOLDOWN, limit.wait)
-        await self._sleep(limit.wait)
+            on_wait(WaitReason.HOST_COOLDOWN, refusal.wait)
+        await self._sleep(refusal.wait)
 
 
 async def _answer(
     resp: aiohttp.ClientResponse,
     requested_url: str,
-    limit: RateLimit | None = None,
+    refusal: RateLimit | None = None,
 ) -> _Answer:
     body = await resp.read()
     reason = resp.reason or ""
@@ -549,37 +510,7 @@ async def _answer(
             message=reason,
             headers=resp.headers,
         )
-    return _Answer(response, cause, reason, limit)
-
-
-def _redirect_target(here: URL, location: str, method: str, url: str) -> URL:
-    """The absolute URL a ``Location`` header points to (relative to ``here``)."""
-    try:
-        target = URL(location)
-        if not target.scheme or not target.is_absolute():
-            target = here.join(target)
-        valid = target.scheme in ("http", "https") and bool(target.raw_host)
-    except (TypeError, ValueError):
-        valid = False
-    if not valid:
-        raise SourceError(
-            f"{method} {safe_url(url)} redirected to an unusable location "
-            f"{safe_url(location)!r}: only http(s) URLs are followed"
-        )
-    return target.with_fragment(None)
-
-
-def _with_url_auth(headers: Mapping[str, str] | None, url: str) -> Mapping[str, str] | None:
-    """``headers`` plus the Basic credentials of ``url``, if it has any: aiohttp turns them
-    into an Authorization header for the first hop; later hops on the same origin carry it
-    explicitly, since a Location seldom repeats them."""
-    try:
-        auth = aiohttp.BasicAuth.from_url(URL(url))
-    except (TypeError, ValueError):
-        auth = None
-    if auth is None:
-        return headers
-    return {**(headers or {}), "Authorization": auth.encode()}
+    return _Answer(response, cause, reason, refusal)
 
 
 @functools.lru_cache(maxsize=128)
@@ -597,10 +528,10 @@ def _status_error(method: str, answer: _Answer, note: str = "") -> HTTPStatusErr
     retry_after = parse_retry_after(response.headers.get("Retry-After"))
     status = f"HTTP {response.status} {answer.reason}".rstrip()
     message = f"{status} from {method} {safe_url(response.url)}"
-    if answer.limit is not None:
+    if answer.refusal is not None:
         message = f"{message}: {note}" if note else message
         return RateLimitError(
-            response.status, message, retry_after=retry_after, until=answer.limit.until
+            response.status, message, retry_after=retry_after, until=answer.refusal.until
         )
     cls = ClientError if response.status < 500 else ServerError
     return cls(response.status, message, retry_after=retry_after)

@@ -134,7 +134,7 @@ async def run_indexer(
     ``deletes``: the kind deletes (the indexer has ``delete``); otherwise a document to delete
     is only marked ``deleted``. Run it in a task of its own: cancelling it cancels the call in
     flight."""
-    run = _Run(tally, Deadline(timeout), metrics)
+    run = _BatchCalls(tally, Deadline(timeout), metrics)
     upserts = [d for d in documents if d.op is not DocOp.DELETE]
     removals = (
         [d for d in documents if d.op is DocOp.DELETE] if len(upserts) < len(documents) else []
@@ -166,7 +166,7 @@ async def run_indexer(
         run.deadline.close()
 
 
-class _Run:
+class _BatchCalls:
     """The calls of one batch and their bookkeeping."""
 
     def __init__(self, tally: Tally, deadline: Deadline, metrics: Metrics) -> None:

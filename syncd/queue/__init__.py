@@ -9,9 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 from syncd.errors import ConfigError
-from syncd.queue.base import Batch, WorkQueue
+from syncd.queue.base import WorkQueue
 
-__all__ = ["Batch", "WorkQueue", "open_queue"]
+__all__ = ["WorkQueue", "open_queue"]
 
 
 def open_queue(url: str, **options: Any) -> WorkQueue:

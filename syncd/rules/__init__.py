@@ -15,53 +15,44 @@ Decisions that differ from the system this design replaces, on purpose:
 
 Deletions (DESIGN.md §11) are rules too: which crawl a run belongs to and whether it is full
 (:func:`crawl_of_run`), what a completed full crawl deletes or holds (:func:`succeed`, the
-guard in :func:`plan_prune`), applying held deletions (:func:`apply_held`), and which records
-of an incremental source are tombstones (:func:`split_tombstones`).
+guard in ``deletions.plan_prune``), applying held deletions (:func:`apply_held`), and which
+records of an incremental source are tombstones (:func:`split_tombstones`).
 
 One module per topic: ``runs`` (trigger, queue, end a run), ``admission`` (a tick's
 decision), ``crawls`` (marks, full or not), ``deletions``, ``lifecycle`` (PATCH, delete),
 ``documents`` (what a page writes), ``state`` (what they share), ``cron`` (when a schedule
-fires next). This namespace is the way in: callers write ``rules.trigger(...)``.
+fires next). This namespace is the way in: callers write ``rules.trigger(...)``. What only
+the rules use among themselves (messages, limits, the steps of a rule) stays in its topic's
+module.
 """
 
 from __future__ import annotations
 
-from syncd.rules.admission import NotDue, admit, scheduled, stale_takeover
+from syncd.rules.admission import NotDue, admit, scheduled
 from syncd.rules.crawls import (
-    RESET_SOURCE_CHANGED,
-    STATE_COMPLETED,
-    STATE_CRAWL,
-    STATE_RESET,
     crawl_of_run,
     crawl_states,
     full_crawl_due,
-    is_incremental,
     page_state,
     reset_reason,
     start_state,
 )
 from syncd.rules.deletions import (
-    PRUNE_GUARD_MIN,
     apply_held,
     deleted_field,
     deletes_at_once,
     is_tombstone,
-    plan_prune,
     split_tombstones,
 )
 from syncd.rules.documents import (
-    REQUEUE_ERROR,
-    REQUEUE_STATUS,
     ExistingDocument,
     must_write,
     plan_page,
 )
 from syncd.rules.lifecycle import begin_delete, patch
 from syncd.rules.runs import (
-    LAST_ERROR_MAX,
     NotQueued,
     abort,
-    check_abort,
     check_trigger,
     drop_queued,
     enqueue,
@@ -70,34 +61,9 @@ from syncd.rules.runs import (
     succeed,
     trigger,
 )
-from syncd.rules.state import (
-    MSG_DELETE_RUNNING,
-    MSG_DELETING,
-    MSG_NO_DELETIONS_HELD,
-    MSG_NOT_RUNNING,
-    MSG_PAUSED,
-    MSG_QUEUED,
-    MSG_RUNNING,
-    next_full_crawl_at,
-    next_run_at,
-)
+from syncd.rules.state import next_full_crawl_at, next_run_at
 
 __all__ = [
-    "LAST_ERROR_MAX",
-    "MSG_DELETE_RUNNING",
-    "MSG_DELETING",
-    "MSG_NOT_RUNNING",
-    "MSG_NO_DELETIONS_HELD",
-    "MSG_PAUSED",
-    "MSG_QUEUED",
-    "MSG_RUNNING",
-    "PRUNE_GUARD_MIN",
-    "REQUEUE_ERROR",
-    "REQUEUE_STATUS",
-    "RESET_SOURCE_CHANGED",
-    "STATE_COMPLETED",
-    "STATE_CRAWL",
-    "STATE_RESET",
     "ExistingDocument",
     "NotDue",
     "NotQueued",
@@ -105,7 +71,6 @@ __all__ = [
     "admit",
     "apply_held",
     "begin_delete",
-    "check_abort",
     "check_trigger",
     "crawl_of_run",
     "crawl_states",
@@ -116,7 +81,6 @@ __all__ = [
     "fail",
     "full_crawl_due",
     "interrupt",
-    "is_incremental",
     "is_tombstone",
     "must_write",
     "next_full_crawl_at",
@@ -124,11 +88,9 @@ __all__ = [
     "page_state",
     "patch",
     "plan_page",
-    "plan_prune",
     "reset_reason",
     "scheduled",
     "split_tombstones",
-    "stale_takeover",
     "start_state",
     "succeed",
     "trigger",

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from functools import lru_cache
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo
 
 from croniter import CroniterBadDateError, CroniterError, croniter
 
@@ -21,15 +21,6 @@ def is_valid(expression: str) -> bool:
     try:
         croniter(expression, datetime(2000, 1, 1, tzinfo=UTC)).get_next(datetime)
     except (CroniterBadDateError, CroniterError, ValueError):
-        return False
-    return True
-
-
-def is_valid_timezone(name: str) -> bool:
-    """True for a known IANA time zone name."""
-    try:
-        ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
         return False
     return True
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 from syncd.errors import ConfigError
-from syncd.store.base import Change, Store
+from syncd.store.base import Store
 
-__all__ = ["Change", "Store", "open_store"]
+__all__ = ["Store", "open_store"]
 
 
 def open_store(url: str, **options: Any) -> Store:

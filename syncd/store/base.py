@@ -32,14 +32,14 @@ from syncd.models import (
     Waiting,
 )
 
-Change = Callable[[Connector], Transition]
+StateRule = Callable[[Connector], Transition]
 """A pure state rule: given the connector's current record, the transition to apply.
 
 It may raise (e.g. :class:`~syncd.errors.Conflict`); then nothing is written and the
 exception propagates out of :meth:`Store.mutate_connector`.
 """
 
-PruneChange = Callable[[Connector, PruneCounts | None], Transition]
+PruneRule = Callable[[Connector, PruneCounts | None], Transition]
 """A state rule that also sees the prune counts of a crawl (``None`` when none were asked
 for); its transition may carry a prune plan (:class:`~syncd.models.PrunePlan`)."""
 
@@ -91,28 +91,28 @@ class Store(Protocol):
         statement (not one count per connector)."""
 
     async def mutate_connector(
-        self, connector_id: str, change: Change, *, fail_documents: str | None = None
+        self, connector_id: str, rule: StateRule, *, fail_documents: str | None = None
     ) -> tuple[Connector, Connector]:
-        """Atomically read the connector (row-locked), apply ``change``, write the result.
+        """Atomically read the connector (row-locked), apply ``rule``, write the result.
 
         With ``fail_documents``, the connector's ``pending`` and ``running`` documents are
         marked ``failed`` with that error in the same transaction (an abort: no run started
         right after it can have its documents failed by it).
 
         Writes every field of the returned connector except ``id`` and ``created_at`` (the
-        change sets ``updated_at``), inserts ``transition.start`` as a new run row, and applies
+        rule sets ``updated_at``), inserts ``transition.start`` as a new run row, and applies
         each of ``transition.ends`` to its run row if that row's outcome is still ``running``.
         All in one transaction. Returns ``(before, after)``. :class:`NotFound` if missing;
         :class:`NameConflict` if a rename collides.
         """
 
     async def mutate_with_prune(
-        self, connector_id: str, change: PruneChange, *, unseen_by: str | None = None
+        self, connector_id: str, rule: PruneRule, *, unseen_by: str | None = None
     ) -> tuple[Connector, Connector, PruneResult]:
         """:meth:`mutate_connector` for the rules that delete documents (DESIGN.md §11).
 
         With ``unseen_by`` (a crawl id) that is the connector's current crawl — the
-        completion of that crawl — the change is also given, read in the transaction, the
+        completion of that crawl — the rule is also given, read in the transaction, the
         connector's live documents (not ``deleted``) and how many of them that crawl did not
         see and are not already being deleted (:class:`~syncd.models.PruneCounts`); no
         document stays held but those the plan holds, and what the connector's crawls saw is
@@ -144,16 +144,16 @@ class Store(Protocol):
         (``sync_queued_at`` set). Served by indexes: cheap when nothing is due."""
 
     async def claim_due(
-        self, now: datetime, change: Change, *, limit: int
+        self, now: datetime, rule: StateRule, *, limit: int
     ) -> list[tuple[Connector, Connector]]:
         """The scheduler's bulk claim, one transaction: lock up to ``limit`` of the
         connectors :meth:`count_admissible` counts, oldest first (age: the earlier of a due
         ``next_run_at`` and ``sync_queued_at``; then id), skipping rows another transaction
         holds (so that instances claiming at once share the work and never wait for each
-        other); apply ``change`` to each; write every result (connector, run start, run
+        other); apply ``rule`` to each; write every result (connector, run start, run
         ends as :meth:`mutate_connector` does) together.
 
-        ``change`` may change only the run, the schedule and the queued trigger
+        ``rule`` may change only the run, the schedule and the queued trigger
         (:data:`~syncd.store.codec.CLAIM_COLUMNS`; ``ValueError`` otherwise, nothing
         written); a row for which it raises :class:`~syncd.rules.NotDue` is left as it is.
         Returns ``(before, after)`` for every row locked, in age order (``after is before``

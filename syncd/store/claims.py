@@ -9,7 +9,7 @@ from dataclasses import dataclass, fields
 
 from syncd.models import Connector, RunEnd, RunStart, Transition
 from syncd.rules import NotDue
-from syncd.store.base import Change
+from syncd.store.base import StateRule
 
 # The Connector fields behind CLAIM_COLUMNS (progress and waiting are two columns each).
 _CLAIM_FIELDS = (
@@ -42,13 +42,13 @@ class ClaimPlan:
     ends: list[RunEnd]
 
 
-def plan_claims(rows: Sequence[Connector], change: Change) -> ClaimPlan:
-    """Apply ``change`` to each connector; ``ValueError`` if it touches anything but the
+def plan_claims(rows: Sequence[Connector], rule: StateRule) -> ClaimPlan:
+    """Apply ``rule`` to each connector; ``ValueError`` if it touches anything but the
     run, the schedule and the queued trigger."""
     plan = ClaimPlan([], [], [], [])
     for before in rows:
         try:
-            transition: Transition = change(before)
+            transition: Transition = rule(before)
         except NotDue:
             plan.results.append((before, before))
             continue

@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 import json
 import sqlite3
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from enum import Enum
 from typing import Any, Generic, Protocol, TypeVar
@@ -63,6 +63,7 @@ __all__ = [
     "payload_text",
     "rejections_from_text",
     "run_from_row",
+    "status_counts",
     "waiting_from_columns",
 ]
 
@@ -562,3 +563,9 @@ def document_from_row(
         payload_json=text,
         op=_OPS[op],
     )
+
+
+def status_counts(found: Mapping[str, Any]) -> dict[DocStatus, int]:
+    """Every document status's count, from counts by status value (zero if absent): the
+    answer of :meth:`~syncd.store.base.Store.document_counts`."""
+    return {s: int(found.get(s.value, 0)) for s in DocStatus}

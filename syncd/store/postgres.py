@@ -2,44 +2,44 @@
 
 Each method is its domain steps over the verbs of :class:`PostgresDatabase`
 (:mod:`syncd.store.postgres_conn`, which owns the pool, the migrations and the translation of
-driver errors); every statement lives in :mod:`syncd.store.postgres_sql`.
+driver errors); every statement lives in :mod:`syncd.store.postgres_sql`. This module holds
+the connectors (their state changes, the scheduler's claims, the prunes of their documents),
+the runs' history and the instances; a running crawl's writes are in
+:mod:`syncd.store.postgres_run_writes`, the document verbs in
+:mod:`syncd.store.postgres_documents`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from syncd import rules
-from syncd.errors import Fenced, NotFound
+from syncd.errors import NotFound
 from syncd.models import (
     Connector,
     ConnectorStatus,
-    Crawl,
     DocStatus,
-    Document,
-    DocumentInput,
     PruneAction,
     PruneCounts,
     PrunePlan,
     PruneResult,
-    Rejection,
     Run,
     SyncStatus,
     Transition,
-    Waiting,
 )
 from syncd.store import codec
 from syncd.store import postgres_sql as sql
-from syncd.store.base import Change, InstanceBeat, PruneChange
+from syncd.store.base import InstanceBeat, PruneRule, StateRule
 from syncd.store.claims import plan_claims
 from syncd.store.postgres_conn import PostgresDatabase, PostgresTransaction, Record
+from syncd.store.postgres_documents import PostgresDocuments
+from syncd.store.postgres_run_writes import PostgresRunWrites
 
 __all__ = ["PostgresStore"]
 
 
-class PostgresStore:
+class PostgresStore(PostgresRunWrites, PostgresDocuments):
     """The :class:`~syncd.store.base.Store` on PostgreSQL, through an asyncpg pool.
 
     The options are those of :class:`~syncd.store.postgres_conn.PostgresDatabase`:
@@ -131,17 +131,17 @@ class PostgresStore:
         return [self._counted_page(row) for row in rows]
 
     async def mutate_connector(
-        self, connector_id: str, change: Change, *, fail_documents: str | None = None
+        self, connector_id: str, rule: StateRule, *, fail_documents: str | None = None
     ) -> tuple[Connector, Connector]:
-        """Row-lock the connector, apply ``change``, write it and its run rows: one
+        """Row-lock the connector, apply ``rule``, write it and its run rows: one
         transaction. :class:`NotFound` if missing; :class:`NameConflict` on a rename
-        collision; whatever ``change`` raises propagates and nothing is written."""
+        collision; whatever ``rule`` raises propagates and nothing is written."""
         async with self._db.transaction("update connector") as tx:
             row = await tx.fetch_one(sql.LOCK_CONNECTOR, connector_id)
             if row is None:
                 raise NotFound()
             before = _connector(row)
-            after = await self._write_transition(tx, connector_id, change(before))
+            after = await self._write_transition(tx, connector_id, rule(before))
             if fail_documents is not None:
                 await tx.execute(
                     sql.FAIL_DOCUMENTS,
@@ -153,9 +153,9 @@ class PostgresStore:
         return before, after
 
     async def mutate_with_prune(
-        self, connector_id: str, change: PruneChange, *, unseen_by: str | None = None
+        self, connector_id: str, rule: PruneRule, *, unseen_by: str | None = None
     ) -> tuple[Connector, Connector, PruneResult]:
-        """:meth:`mutate_connector` whose change also sees the prune counts of crawl
+        """:meth:`mutate_connector` whose rule also sees the prune counts of crawl
         ``unseen_by`` and whose prune plan is applied in the same transaction."""
         async with self._db.transaction("prune documents") as tx:
             row = await tx.fetch_one(sql.LOCK_CONNECTOR, connector_id)
@@ -169,7 +169,7 @@ class PostgresStore:
                 found = await tx.fetch_one(sql.PRUNE_COUNTS, connector_id, unseen_by)
                 assert found is not None  # an aggregate always has a row
                 counts = PruneCounts(int(found["live"]), int(found["unseen"]))
-            transition = change(before, counts)
+            transition = rule(before, counts)
             after = await self._write_transition(tx, connector_id, transition)
             unmark = completing and before.deletions_held > 0
             if (lock := _prune_lock(transition.prune, unmark=unmark)) is not None:
@@ -188,7 +188,7 @@ class PostgresStore:
     async def _write_transition(
         self, tx: PostgresTransaction, connector_id: str, transition: Transition
     ) -> Connector:
-        """Write a transition's connector (always the locked row, whatever id the change put
+        """Write a transition's connector (always the locked row, whatever id the rule put
         in the record) and run rows; the connector as given."""
         after = transition.connector
         values = codec.connector_to_row(after, dt=codec.identity, js=codec.identity)
@@ -232,7 +232,7 @@ class PostgresStore:
         return int(await self._db.fetch_value(sql.COUNT_ADMISSIBLE, now, limit) or 0)
 
     async def claim_due(
-        self, now: datetime, change: Change, *, limit: int
+        self, now: datetime, rule: StateRule, *, limit: int
     ) -> list[tuple[Connector, Connector]]:
         """The bulk claim in one transaction (see :meth:`syncd.store.Store.claim_due`):
         ``FOR UPDATE SKIP LOCKED`` rows, the rule applied in Python, then one statement
@@ -241,7 +241,7 @@ class PostgresStore:
             return []
         async with self._db.transaction("claim due connectors") as tx:
             rows = await tx.fetch_all(sql.LOCK_ADMISSIBLE, now, limit)
-            plan = plan_claims([_connector(r) for r in rows], change)
+            plan = plan_claims([_connector(r) for r in rows], rule)
             if plan.written:
                 values = [codec.claim_values(c, dt=codec.identity) for c in plan.written]
                 await tx.execute(
@@ -268,104 +268,6 @@ class PostgresStore:
                 )
         return plan.results
 
-    # --- run writes, fenced by run id ---------------------------------------------------
-
-    async def commit_page(
-        self,
-        connector_id: str,
-        run_id: str,
-        documents: Sequence[DocumentInput],
-        *,
-        next_cursor: str | None,
-        source_state: Mapping[str, Any],
-        now: datetime,
-        indexed: bool = False,
-        rejected: Sequence[Rejection] = (),
-        note: str | None = None,
-        crawl: Crawl | None = None,
-        deletions: Sequence[str] = (),
-        delete_at_once: bool = False,
-    ) -> list[str]:
-        """Upsert one page and checkpoint it in one transaction fenced by ``run_id``
-        (:class:`Fenced` otherwise); the external ids to enqueue."""
-        # Last one wins for duplicate ids; sorted so that concurrent writers lock rows in the
-        # same order (see postgres_sql).
-        latest = {doc.external_id: doc for doc in documents}
-        ids = sorted(latest)
-        crawl_id = crawl.id if crawl is not None else None
-        async with self._db.transaction("commit page") as tx:
-            fenced = await tx.fetch_value(
-                sql.FENCE_PAGE,
-                connector_id,
-                run_id,
-                next_cursor,
-                source_state,
-                len(documents),
-                now,
-                crawl_id,
-                None if crawl is None else crawl.full,
-            )
-            if fenced is None:
-                raise Fenced(f"run {run_id} is not the current run of connector {connector_id}")
-            # A tombstone for an id the page also holds as a record is not a deletion.
-            doomed = sorted(set(deletions) - set(latest))
-            if doomed and ids:
-                await tx.execute(sql.LOCK_PAGE_DOCUMENTS, connector_id, sorted({*ids, *doomed}))
-            enqueued: list[str] = []
-            if ids:
-                # The upsert's WHERE is rules.must_write, fed with the rule's own values.
-                rows = await tx.fetch_all(
-                    sql.UPSERT_DOCUMENTS,
-                    connector_id,
-                    ids,
-                    [latest[i].content_hash for i in ids],
-                    [codec.payload_text(latest[i]) for i in ids],
-                    now,
-                    rules.REQUEUE_ERROR,
-                    DocStatus.INDEXED.value if indexed else DocStatus.PENDING.value,
-                    rules.REQUEUE_STATUS.value,
-                )
-                enqueued = [row[0] for row in rows]
-                # What a full crawl saw, for its prune: one row for the page. An incremental
-                # crawl never prunes and keeps nothing.
-                if crawl is not None and crawl.full:
-                    await tx.execute(sql.SEEN_PAGE, connector_id, crawl.id, ids)
-            gone: list[str] = []
-            if doomed:
-                target = DocStatus.DELETED if delete_at_once else DocStatus.PENDING
-                rows = await tx.fetch_all(sql.DELETE_IDS, connector_id, target.value, now, doomed)
-                gone = sorted(row[0] for row in rows)
-            sample = None
-            if rejected:
-                run = await tx.fetch_one(sql.RUN_REJECTIONS, run_id)
-                if run is not None:
-                    sample = codec.merge_rejections(run[1], int(run[0]) + 1, rejected)
-            await tx.execute(
-                sql.RUN_PAGE,
-                run_id,
-                len(documents),
-                len(enqueued),
-                len(rejected),
-                sample,
-                note,
-                len(gone),
-            )
-        return enqueued + ([] if delete_at_once else gone)
-
-    async def report(
-        self, connector_id: str, run_id: str, *, now: datetime, waiting: Waiting | None
-    ) -> bool:
-        """Heartbeat and waiting state of a running run; ``False`` if it is no longer current."""
-        written = await self._db.execute(
-            sql.REPORT,
-            connector_id,
-            run_id,
-            now,
-            None if waiting is None else waiting.reason.value,
-            None if waiting is None else waiting.until,
-        )
-        return written > 0
-
     # --- runs ---------------------------------------------------------------------------
 
     async def get_run(self, run_id: str) -> Run | None:
@@ -380,151 +282,7 @@ class PostgresStore:
         rows = await self._db.reader.fetch_all(sql.LIST_RUNS, connector_id, before, limit)
         return [_run(row) for row in rows]
 
-    # --- documents ----------------------------------------------------------------------
-
-    async def get_document(self, connector_id: str, external_id: str) -> Document | None:
-        """The document with its payload, or ``None``."""
-        row = await self._db.reader.fetch_one(sql.GET_DOCUMENT, connector_id, external_id)
-        return None if row is None else _document(row, with_payload=True)
-
-    async def list_documents(
-        self,
-        connector_id: str,
-        *,
-        status: DocStatus | None = None,
-        limit: int = 100,
-        after: str | None = None,
-    ) -> list[Document]:
-        """Documents (without payload) ordered by external id, greater than ``after``."""
-        args: list[Any] = [connector_id, limit]
-        if status is None:
-            query = sql.LIST_DOCUMENTS if after is None else sql.LIST_DOCUMENTS_AFTER
-        else:
-            query = sql.LIST_DOCUMENTS_BY_STATUS
-            if after is not None:
-                query = sql.LIST_DOCUMENTS_BY_STATUS_AFTER
-            args.append(status.value)
-        if after is not None:
-            args.append(after)
-        rows = await self._db.reader.fetch_all(query, *args)
-        return [_document(row) for row in rows]
-
-    async def document_counts(self, connector_id: str) -> dict[DocStatus, int]:
-        """Number of documents per status (every status present), summed from the count
-        deltas the documents' triggers append, not counted from the documents."""
-        rows = await self._db.reader.fetch_all(sql.DOCUMENT_COUNTS, connector_id)
-        return _counts({row["status"]: row["n"] for row in rows})
-
-    async def pending_documents(
-        self, *, after: tuple[str, str] | None = None, limit: int = 1000
-    ) -> list[tuple[str, str]]:
-        """``(connector_id, external_id)`` of pending documents after ``after``, in order."""
-        if after is None:
-            rows = await self._db.fetch_all(sql.PENDING_DOCUMENTS, limit)
-        else:
-            rows = await self._db.fetch_all(sql.PENDING_DOCUMENTS_AFTER, limit, *after)
-        return [(row[0], row[1]) for row in rows]
-
-    async def claim_documents(
-        self,
-        connector_id: str,
-        external_ids: Sequence[str],
-        *,
-        lease_token: str,
-        lease_until: datetime,
-        now: datetime,
-        with_payload: bool = True,
-    ) -> list[Document]:
-        """``pending → running`` under a lease for those still pending; them, with their
-        payload unless ``with_payload`` is false."""
-        if not external_ids:
-            return []
-        rows = await self._db.fetch_all(
-            sql.CLAIM_DOCUMENTS if with_payload else sql.CLAIM_DOCUMENTS_NO_PAYLOAD,
-            connector_id,
-            list(external_ids),
-            lease_token,
-            lease_until,
-            now,
-        )
-        return [_document(row, with_payload=with_payload) for row in rows]
-
-    async def finish_documents(
-        self,
-        connector_id: str,
-        lease_token: str,
-        results: Sequence[tuple[str, DocStatus, str | None]],
-        *,
-        now: datetime,
-    ) -> int:
-        """Record indexing results of documents still running under ``lease_token``."""
-        # The last result of an id wins; ids in order, as every multi-row write locks them.
-        latest = {external_id: (status, error) for external_id, status, error in results}
-        if not latest:
-            return 0
-        ids = sorted(latest)
-        return await self._db.execute(
-            sql.FINISH_DOCUMENTS,
-            connector_id,
-            lease_token,
-            now,
-            ids,
-            [latest[i][0].value for i in ids],
-            [latest[i][1] for i in ids],
-        )
-
-    async def extend_leases(self, connector_id: str, lease_token: str, until: datetime) -> int:
-        """Push back the lease of documents running under ``lease_token``."""
-        return await self._db.execute(sql.EXTEND_LEASES, connector_id, lease_token, until)
-
-    async def release_expired_leases(self, now: datetime) -> list[tuple[str, str]]:
-        """Return running documents whose lease expired to ``pending``; their ids."""
-        rows = await self._db.fetch_all(sql.RELEASE_EXPIRED_LEASES, now)
-        return sorted((row[0], row[1]) for row in rows)
-
-    async def fail_documents(
-        self,
-        connector_id: str,
-        statuses: Sequence[DocStatus],
-        error: str,
-        *,
-        now: datetime,
-    ) -> int:
-        """Mark the connector's documents in ``statuses`` as ``failed`` with ``error``."""
-        if not statuses:
-            return 0
-        return await self._db.execute(
-            sql.FAIL_DOCUMENTS, connector_id, [s.value for s in statuses], error, now
-        )
-
-    async def requeue_documents(
-        self,
-        connector_id: str,
-        *,
-        error: str | None = None,
-        now: datetime,
-        run_id: str | None = None,
-    ) -> list[str]:
-        """``failed → pending`` (attempts reset), only those with ``error`` when given. With
-        ``run_id``, fenced: :class:`Fenced` (nothing written) unless it is the current run."""
-        if run_id is None:
-            rows = await self._db.fetch_all(sql.REQUEUE_DOCUMENTS, connector_id, error, now)
-        else:
-            async with self._db.transaction("requeue documents") as tx:
-                if await tx.fetch_value(sql.LOCK_CURRENT_RUN, connector_id, run_id) is None:
-                    raise Fenced(f"run {run_id} is not the current run of connector {connector_id}")
-                rows = await tx.fetch_all(sql.REQUEUE_DOCUMENTS, connector_id, error, now)
-        return sorted(row[0] for row in rows)
-
-    async def purge_deleted(self, before: datetime) -> int:
-        """Remove ``deleted`` documents (tombstones) deleted before ``before``; how many."""
-        return await self._db.execute(sql.PURGE_DELETED, before)
-
-    async def document_totals(self) -> dict[DocStatus, int]:
-        """Documents of every connector per status (every status present), summed from the
-        count deltas."""
-        rows = await self._db.reader.fetch_all(sql.DOCUMENT_TOTALS)
-        return _counts({row["status"]: row["n"] for row in rows})
+    # --- totals (metrics) ---------------------------------------------------------------
 
     async def connector_totals(self) -> dict[tuple[ConnectorStatus, SyncStatus], int]:
         """Connectors per ``(status, sync_status)`` (every pair present)."""
@@ -612,13 +370,8 @@ def _connector_args(c: Connector) -> list[Any]:
     return list(codec.connector_to_row(c, dt=codec.identity, js=codec.identity).values())
 
 
-def _counts(found: Mapping[str, Any]) -> dict[DocStatus, int]:
-    """Every status's count from sums by status value (zero if absent)."""
-    return {s: int(found.get(s.value, 0)) for s in DocStatus}
-
-
 def _counted(row: Record) -> tuple[Connector, dict[DocStatus, int]]:
-    return _connector(row), _counts(row["document_counts"])
+    return _connector(row), codec.status_counts(row["document_counts"])
 
 
 def _connector(row: Record) -> Connector:
@@ -627,7 +380,3 @@ def _connector(row: Record) -> Connector:
 
 def _run(row: Record) -> Run:
     return codec.run_from_row(row, dt=codec.identity)
-
-
-def _document(row: Record, *, with_payload: bool = False) -> Document:
-    return codec.document_from_row(row, with_payload=with_payload, dt=codec.identity)

@@ -1,6 +1,6 @@
 """The PostgreSQL plumbing under :class:`~syncd.store.postgres.PostgresStore`: an asyncpg pool,
-its migrations, and a handful of verbs over the named statements of
-:mod:`syncd.store.postgres_sql`.
+the migrations of :mod:`syncd.store.postgres_migrations` applied when it opens, and a handful
+of verbs over the named statements of :mod:`syncd.store.postgres_sql`.
 
 Reads that need no transaction and answer a client (the API's connector reads, the metrics'
 totals) go to :attr:`PostgresDatabase.reader`: a small pool of their own, so that they never
@@ -24,6 +24,7 @@ import orjson
 
 from syncd.errors import NameConflict, StoreError
 from syncd.store import codec
+from syncd.store import postgres_migrations as schema
 from syncd.store import postgres_sql as sql
 
 __all__ = ["READ_POOL_SIZE", "PostgresDatabase", "PostgresReader", "PostgresTransaction", "Record"]
@@ -58,15 +59,15 @@ _DRIVER_ERRORS: tuple[type[Exception], ...] = (
 )
 
 # What an error message calls a statement: its name in postgres_sql, e.g. "get connector".
-_NAMES: Final = {
+_STATEMENT_NAMES: Final = {
     text: name.lower().replace("_", " ")
     for name, text in vars(sql).items()
     if name.isupper() and not name.startswith("_") and isinstance(text, str)
 }
 
 
-def _name(query: str) -> str:
-    return _NAMES.get(query, "query")
+def _statement_name(query: str) -> str:
+    return _STATEMENT_NAMES.get(query, "query")
 
 
 def _dumps(value: Any) -> str:
@@ -116,11 +117,11 @@ def _describe_dsn(dsn: str) -> tuple[str | None, str]:
     return password, f"{parts.hostname or 'localhost'}{port}{parts.path or '/'}"
 
 
-def _ms(seconds: float) -> str:
+def _milliseconds(seconds: float) -> str:
     return str(max(0, round(seconds * 1000)))
 
 
-def _count(status: str) -> int:
+def _rows_written(status: str) -> int:
     # asyncpg returns the command tag, e.g. "UPDATE 3" (or "SET", which writes no row).
     tail = status.rpartition(" ")[2]
     return int(tail) if tail.isdigit() else 0
@@ -130,19 +131,19 @@ async def _migrate(conn: _Conn) -> None:
     # A transaction-level lock (not a session one) so that it also holds behind a
     # transaction-mode pooler; DDL is transactional, so a failed migration leaves nothing.
     async with conn.transaction():
-        await conn.execute(sql.LOCK_MIGRATIONS, sql.MIGRATION_LOCK_KEY)
-        await conn.execute(sql.CREATE_VERSION_TABLE)
-        current: int = await conn.fetchval(sql.CURRENT_VERSION)
-        latest = sql.MIGRATIONS[-1][0]
+        await conn.execute(schema.LOCK_MIGRATIONS, schema.MIGRATION_LOCK_KEY)
+        await conn.execute(schema.CREATE_VERSION_TABLE)
+        current: int = await conn.fetchval(schema.CURRENT_VERSION)
+        latest = schema.MIGRATIONS[-1][0]
         if current > latest:
             raise StoreError(
                 f"database schema version {current} is newer than this syncd "
                 f"supports ({latest}): upgrade syncd"
             )
-        for version, statements in sql.MIGRATIONS:
+        for version, statements in schema.MIGRATIONS:
             if version > current:
                 await conn.execute(statements)
-                await conn.execute(sql.RECORD_VERSION, version)
+                await conn.execute(schema.RECORD_VERSION, version)
 
 
 class PostgresTransaction:
@@ -168,7 +169,7 @@ class PostgresTransaction:
 
     async def execute(self, query: str, *args: Any) -> int:
         """Run a statement; the number of rows it wrote."""
-        return _count(await self._conn.execute(query, *args))
+        return _rows_written(await self._conn.execute(query, *args))
 
 
 class PostgresReader:
@@ -182,13 +183,13 @@ class PostgresReader:
 
     async def fetch_one(self, query: str, *args: Any) -> Record | None:
         """The first row, or ``None``."""
-        with self._database._translate(_name(query)):
+        with self._database._translate(_statement_name(query)):
             async with self._database._acquire_reader() as conn:
                 return await conn.fetchrow(query, *args)
 
     async def fetch_all(self, query: str, *args: Any) -> list[Record]:
         """Every row."""
-        with self._database._translate(_name(query)):
+        with self._database._translate(_statement_name(query)):
             async with self._database._acquire_reader() as conn:
                 return await conn.fetch(query, *args)
 
@@ -229,7 +230,7 @@ class PostgresDatabase:
             ("idle_in_transaction_session_timeout", idle_in_transaction_timeout),
         ):
             if seconds is not None:
-                self._server_settings[name] = _ms(seconds)
+                self._server_settings[name] = _milliseconds(seconds)
         self._password, self._target = _describe_dsn(dsn)
         self._pool: asyncpg.Pool[Record] | None = None
         self._read_pool: asyncpg.Pool[Record] | None = None
@@ -312,27 +313,27 @@ class PostgresDatabase:
 
     async def fetch_one(self, query: str, *args: Any) -> Record | None:
         """The first row, or ``None``."""
-        with self._translate(_name(query)):
+        with self._translate(_statement_name(query)):
             async with self.acquire() as conn:
                 return await conn.fetchrow(query, *args)
 
     async def fetch_all(self, query: str, *args: Any) -> list[Record]:
         """Every row."""
-        with self._translate(_name(query)):
+        with self._translate(_statement_name(query)):
             async with self.acquire() as conn:
                 return await conn.fetch(query, *args)
 
     async def fetch_value(self, query: str, *args: Any) -> Any:
         """The first column of the first row (``None`` without a row)."""
-        with self._translate(_name(query)):
+        with self._translate(_statement_name(query)):
             async with self.acquire() as conn:
                 return await conn.fetchval(query, *args)
 
     async def execute(self, query: str, *args: Any) -> int:
         """Run a statement; the number of rows it wrote."""
-        with self._translate(_name(query)):
+        with self._translate(_statement_name(query)):
             async with self.acquire() as conn:
-                return _count(await conn.execute(query, *args))
+                return _rows_written(await conn.execute(query, *args))
 
     @contextlib.asynccontextmanager
     async def transaction(self, action: str) -> AsyncIterator[PostgresTransaction]:

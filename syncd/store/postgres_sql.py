@@ -1,7 +1,8 @@
-"""Every SQL statement of the PostgreSQL store: versioned migrations and named queries.
+"""Every query of the PostgreSQL store, each under a name.
 
-The document counters' SQL lives in :mod:`syncd.store.postgres_counters_sql`; the names
-the store uses are re-bound here, so that every statement is read as ``postgres_sql.NAME``.
+The schema's migrations live in :mod:`syncd.store.postgres_migrations`, the document
+counters' SQL in :mod:`syncd.store.postgres_counters_sql`; the counters' names the store uses
+are re-bound here, so that every query is read as ``postgres_sql.NAME``.
 
 Column lists come from :mod:`syncd.store.codec`, whose converters build the parameters and
 read the rows. Identifiers that are compared and sorted (connector, run and external ids)
@@ -16,245 +17,12 @@ from typing import Final
 from syncd.store import postgres_counters_sql as counters
 from syncd.store.codec import CLAIM_COLUMNS, CONNECTOR_COLUMNS, DOCUMENT_COLUMNS, RUN_COLUMNS
 
-MIGRATION_LOCK_KEY: Final = 0x73796E6364_01
-"""Key of the transaction-level advisory lock held while migrations are applied."""
-
-SCHEMA_VERSION_TABLE: Final = "syncd_schema_version"
-
-CREATE_VERSION_TABLE: Final = f"""
-CREATE TABLE IF NOT EXISTS {SCHEMA_VERSION_TABLE} (
-    version    integer PRIMARY KEY,
-    applied_at timestamptz NOT NULL DEFAULT now()
-)"""
-
-LOCK_MIGRATIONS: Final = "SELECT pg_advisory_xact_lock($1)"
-CURRENT_VERSION: Final = f"SELECT coalesce(max(version), 0) FROM {SCHEMA_VERSION_TABLE}"
-RECORD_VERSION: Final = f"INSERT INTO {SCHEMA_VERSION_TABLE} (version) VALUES ($1)"
-
 # The document counters' SQL lives in postgres_counters_sql; the store reads these names
 # here (errors name a statement by its name in this module).
 COUNT_DELTAS_KEPT: Final = counters.COUNT_DELTAS_KEPT
-COUNT_LOCK_CLASS: Final = counters.COUNT_LOCK_CLASS
 DOCUMENT_COUNTS: Final = counters.DOCUMENT_COUNTS
 DOCUMENT_TOTALS: Final = counters.DOCUMENT_TOTALS
 DELETE_CONNECTOR_COUNTS: Final = counters.DELETE_CONNECTOR_COUNTS
-
-# Versioned migrations, applied in order, each exactly once. Never edit a released one:
-# append a new version instead.
-MIGRATIONS: Final[tuple[tuple[int, str], ...]] = (
-    (
-        1,
-        """
-CREATE TABLE connectors (
-    id                 text COLLATE "C" PRIMARY KEY,
-    name               text NOT NULL,
-    source             jsonb NOT NULL,
-    indexer            jsonb NOT NULL,
-    created_at         timestamptz NOT NULL,
-    updated_at         timestamptz NOT NULL,
-    sync_schedule      text,
-    sync_timezone      text,
-    page_retries       integer NOT NULL,
-    page_retry_backoff double precision NOT NULL,
-    throttle_seconds   double precision NOT NULL,
-    retry_on_status    integer[] NOT NULL,
-    status             text NOT NULL,
-    sync_status        text NOT NULL,
-    last_error         text,
-    run_id             text,
-    sync_started_at    timestamptz,
-    last_synced_at     timestamptz,
-    next_run_at        timestamptz,
-    sync_owner         text,
-    sync_heartbeat_at  timestamptz,
-    progress_pages     bigint NOT NULL DEFAULT 0,
-    progress_documents bigint NOT NULL DEFAULT 0,
-    waiting_reason     text,
-    waiting_until      timestamptz,
-    resume_cursor      text,
-    source_state       jsonb NOT NULL DEFAULT '{}',
-    CONSTRAINT connectors_name_key UNIQUE (name)
-);
-
--- The scheduler tick asks for due connectors: an index range scan, not a table scan.
-CREATE INDEX connectors_next_run_at_idx ON connectors (next_run_at, id)
-    WHERE next_run_at IS NOT NULL;
-
-CREATE TABLE runs (
-    id                 text COLLATE "C" PRIMARY KEY,
-    connector_id       text COLLATE "C" NOT NULL
-                       REFERENCES connectors (id) ON DELETE CASCADE,
-    trigger            text NOT NULL,
-    outcome            text NOT NULL,
-    started_at         timestamptz NOT NULL,
-    finished_at        timestamptz,
-    pages              bigint NOT NULL DEFAULT 0,
-    documents_seen     bigint NOT NULL DEFAULT 0,
-    documents_enqueued bigint NOT NULL DEFAULT 0,
-    error              text,
-    owner              text
-);
-
-CREATE INDEX runs_connector_id_idx ON runs (connector_id, id);
-
--- No foreign key to connectors: its per-row check would tax the bulk page upsert, and
--- every write path already locks the connector row (commit_page is fenced on it) and
--- delete_connector removes documents explicitly.
-CREATE TABLE documents (
-    connector_id text COLLATE "C" NOT NULL,
-    external_id  text COLLATE "C" NOT NULL,
-    status       text NOT NULL,
-    content_hash text NOT NULL,
-    payload      jsonb,
-    error        text,
-    attempts     integer NOT NULL DEFAULT 0,
-    created_at   timestamptz NOT NULL,
-    updated_at   timestamptz NOT NULL,
-    indexed_at   timestamptz,
-    lease_token  text,
-    lease_until  timestamptz,
-    PRIMARY KEY (connector_id, external_id)
-);
-
--- Counts per status, and listing one status in external id order.
-CREATE INDEX documents_connector_status_idx ON documents (connector_id, status, external_id);
-
--- The lease sweeper only looks at running documents.
-CREATE INDEX documents_lease_idx ON documents (lease_until) WHERE status = 'running';
-""",
-    ),
-    (
-        2,
-        # Payloads become their canonical JSON text, as in SQLite: jsonb refuses "\u0000" in
-        # strings, and text is cheaper to write (no parse on insert). Old rows keep jsonb's
-        # rendering of the same value (every digit of a number is kept). Runs gain the count
-        # and a sample of the records they rejected, and a note.
-        """
-ALTER TABLE documents ALTER COLUMN payload TYPE text USING payload::text;
-
-ALTER TABLE runs
-    ADD COLUMN documents_rejected bigint NOT NULL DEFAULT 0,
-    ADD COLUMN rejections text NOT NULL DEFAULT '[]',
-    ADD COLUMN note text;
-""",
-    ),
-    (
-        3,
-        # Deletions (DESIGN.md §11): the connector's prune settings, its crawl and held
-        # deletions; runs count deletions; documents carry their pending operation and
-        # whether the guard holds their deletion. What a full crawl saw is kept as one row per
-        # page (its external ids), not as a stamp on each document: a re-crawl of unchanged
-        # documents then writes one small row per page instead of a new version of every
-        # document. Tombstones are purged by age through a partial index.
-        """
-ALTER TABLE connectors
-    ADD COLUMN prune boolean NOT NULL DEFAULT true,
-    ADD COLUMN prune_max_fraction double precision NOT NULL DEFAULT 0.5,
-    ADD COLUMN full_crawl_schedule text,
-    ADD COLUMN deletions_held bigint NOT NULL DEFAULT 0,
-    ADD COLUMN crawl_id text,
-    ADD COLUMN crawl_full boolean NOT NULL DEFAULT false,
-    ADD COLUMN next_full_crawl_at timestamptz;
-
-ALTER TABLE runs
-    ADD COLUMN deleted bigint NOT NULL DEFAULT 0,
-    ADD COLUMN deletions_held bigint NOT NULL DEFAULT 0;
-
-ALTER TABLE documents
-    ADD COLUMN op text NOT NULL DEFAULT 'index',
-    ADD COLUMN held boolean NOT NULL DEFAULT false;
-
-CREATE INDEX documents_deleted_idx ON documents (updated_at) WHERE status = 'deleted';
-
-CREATE TABLE crawl_pages (
-    connector_id text COLLATE "C" NOT NULL REFERENCES connectors (id) ON DELETE CASCADE,
-    crawl_id     text COLLATE "C" NOT NULL,
-    ids          text[] COLLATE "C" NOT NULL
-);
-
-CREATE INDEX crawl_pages_crawl_idx ON crawl_pages (connector_id, crawl_id);
-""",
-    ),
-    (
-        4,
-        # The record fields a connector's content hash covers (NULL: the whole record).
-        "ALTER TABLE connectors ADD COLUMN hash_fields text[];",
-    ),
-    (
-        5,
-        # Instance heartbeats (GET /status): one row per process incarnation (its owner).
-        """
-CREATE TABLE instances (
-    owner        text COLLATE "C" PRIMARY KEY,
-    info         text NOT NULL,
-    heartbeat_at timestamptz NOT NULL
-);
-
-CREATE INDEX instances_heartbeat_at_idx ON instances (heartbeat_at);
-""",
-    ),
-    (
-        6,
-        # What a source keeps across runs and restarts (a rotated OAuth2 refresh token).
-        "ALTER TABLE connectors ADD COLUMN secret_state jsonb NOT NULL DEFAULT '{}';",
-    ),
-    (
-        7,
-        # Admission control: a manual trigger that found no free run slot is stored (queued)
-        # with its time; a partial index finds the queued ones in that order.
-        """
-ALTER TABLE connectors ADD COLUMN sync_queued_at timestamptz;
-
-CREATE INDEX connectors_sync_queued_at_idx ON connectors (sync_queued_at, id)
-    WHERE sync_queued_at IS NOT NULL;
-""",
-    ),
-    (
-        8,
-        # Document counts per connector and status, so that a read of a connector never
-        # counts its documents. Page commits, claims and finishes of one connector run
-        # concurrently: a counter row per (connector, status) updated in place would be a
-        # hot row that serialises them (and a lock that statements of one transaction take
-        # in different orders). So every statement that writes documents appends its net
-        # change per (connector, status) to an append-only table (a statement-level trigger
-        # per event, over its transition tables); readers sum it. Writers never update or
-        # lock a delta row, so they never wait on each other for counts. When a statement
-        # finds more than COUNT_DELTAS_KEPT rows for a connector it touched, it folds them
-        # into one per status (under a try-lock of that connector: one folder at a time,
-        # nobody waits). The migration counts the documents already stored, after creating
-        # the triggers (which lock the table against writers until it commits).
-        # The counts are derived from the documents alone: whatever an older copy of the
-        # table or function held is replaced.
-        f"""
-DROP TABLE IF EXISTS document_count_deltas;
-
-CREATE TABLE document_count_deltas (
-    connector_id text COLLATE "C" NOT NULL,
-    status       text NOT NULL,
-    delta        bigint NOT NULL
-);
-
-CREATE INDEX document_count_deltas_connector_idx ON document_count_deltas (connector_id);
-
-{counters.COUNT_FUNCTION}
-
-CREATE TRIGGER documents_counted_insert AFTER INSERT ON documents
-    REFERENCING NEW TABLE AS new_rows
-    FOR EACH STATEMENT EXECUTE FUNCTION syncd_count_documents();
-
-CREATE TRIGGER documents_counted_update AFTER UPDATE ON documents
-    REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
-    FOR EACH STATEMENT EXECUTE FUNCTION syncd_count_documents();
-
-CREATE TRIGGER documents_counted_delete AFTER DELETE ON documents
-    REFERENCING OLD TABLE AS old_rows
-    FOR EACH STATEMENT EXECUTE FUNCTION syncd_count_documents();
-
-INSERT INTO document_count_deltas (connector_id, status, delta)
-SELECT connector_id, status, count(*) FROM documents GROUP BY connector_id, status;
-""",
-    ),
-)
 
 # --- connectors -------------------------------------------------------------------------
 
@@ -380,9 +148,10 @@ DELETE_CONNECTOR: Final = "DELETE FROM connectors WHERE id = $1"  # runs go by c
 
 # --- run writes, fenced by run id ---------------------------------------------------------
 
-# The fence: only the connector's current run may write, and the row lock it takes
-# serialises the page commit with an abort that clears run_id.
-FENCE_PAGE: Final = """
+# The fence and the checkpoint in one statement: only the connector's current run may write
+# (no row returned means "not the current run"), and the row lock it takes serialises the
+# page commit with an abort that clears run_id.
+CHECKPOINT_PAGE: Final = """
 UPDATE connectors SET
     resume_cursor = $3, source_state = $4, progress_pages = progress_pages + 1,
     progress_documents = progress_documents + $5, sync_heartbeat_at = $6,
@@ -393,8 +162,8 @@ RETURNING id"""
 # One statement for the whole page; payloads are JSON text, stored as they are. The WHERE of
 # DO UPDATE leaves unchanged documents untouched (no new row version), and RETURNING yields
 # exactly the ids to enqueue. Parameters: connector id, external ids, content hashes,
-# payloads, now, rules.REQUEUE_ERROR, the status to write, rules.REQUEUE_STATUS. A document
-# written is an index operation, no longer held.
+# payloads, now, REQUEUE_ERROR, the status to write, REQUEUE_STATUS (syncd.rules.documents).
+# A document written is an index operation, no longer held.
 UPSERT_DOCUMENTS: Final = """
 INSERT INTO documents AS d
     (connector_id, external_id, status, content_hash, payload, error, attempts,
@@ -656,7 +425,7 @@ ORDER BY connector_id, external_id LIMIT $1"""
 # the statement's snapshot cannot see, so an update by ctid skipped it (the document then
 # stayed pending with its queue entry gone); the join meets the old version and updates the
 # latest one.
-_CLAIM: Final = """
+_DOCUMENT_CLAIM: Final = """
 WITH c AS (
     SELECT l.external_id
     FROM (SELECT DISTINCT unnest($2::text[]) AS external_id ORDER BY 1) AS i
@@ -672,9 +441,9 @@ UPDATE documents AS d SET
 FROM c
 WHERE d.connector_id = $1 AND d.external_id = c.external_id
 RETURNING """
-_CLAIM_COLUMNS: Final = ", ".join(f"d.{c}" for c in DOCUMENT_COLUMNS)
-CLAIM_DOCUMENTS: Final = f"{_CLAIM}{_CLAIM_COLUMNS}, d.payload"
-CLAIM_DOCUMENTS_NO_PAYLOAD: Final = f"{_CLAIM}{_CLAIM_COLUMNS}"
+_CLAIMED_DOCUMENT_COLUMNS: Final = ", ".join(f"d.{c}" for c in DOCUMENT_COLUMNS)
+CLAIM_DOCUMENTS: Final = f"{_DOCUMENT_CLAIM}{_CLAIMED_DOCUMENT_COLUMNS}, d.payload"
+CLAIM_DOCUMENTS_NO_PAYLOAD: Final = f"{_DOCUMENT_CLAIM}{_CLAIMED_DOCUMENT_COLUMNS}"
 
 # Driven by the ids like the claim, for the same reason: "external_id = ANY($4)" next to
 # "status = 'running'" was planned as a scan of the connector's running entries of the

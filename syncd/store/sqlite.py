@@ -2,41 +2,36 @@
 
 Each method is its domain steps over the verbs of :class:`SQLiteDatabase`
 (:mod:`syncd.store.sqlite_conn`: one connection in WAL mode, its lock, migrations and the
-translation of driver errors); every statement lives in :mod:`syncd.store.sqlite_sql`.
+translation of driver errors); every statement lives in :mod:`syncd.store.sqlite_sql`. This
+module holds the connectors (their state changes, the scheduler's claims, the prunes of their
+documents), the runs' history and the instances; a running crawl's writes are in
+:mod:`syncd.store.sqlite_run_writes`, the document verbs in :mod:`syncd.store.sqlite_documents`.
 """
 
 from __future__ import annotations
 
-import sqlite3
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
-from syncd.errors import ConfigError, Fenced, NotFound
+from syncd.errors import ConfigError, NotFound
 from syncd.models import (
     Connector,
     ConnectorStatus,
-    Crawl,
-    DocOp,
     DocStatus,
-    Document,
-    DocumentInput,
     PruneAction,
     PruneCounts,
     PrunePlan,
     PruneResult,
-    Rejection,
     Run,
     SyncStatus,
     Transition,
-    Waiting,
 )
-from syncd.rules import ExistingDocument, plan_page
 from syncd.store import sqlite_sql as sql
-from syncd.store.base import Change, InstanceBeat, PruneChange
+from syncd.store.base import InstanceBeat, PruneRule, StateRule
 from syncd.store.claims import plan_claims
 from syncd.store.codec import (
     DecodedRows,
@@ -44,26 +39,23 @@ from syncd.store.codec import (
     connector_from_row,
     connector_to_row,
     decode_dt,
-    document_from_row,
     dump_json,
     encode_dt,
     load_json,
-    merge_rejections,
-    payload_text,
     run_from_row,
+    status_counts,
 )
 from syncd.store.sqlite_conn import SQLiteDatabase, SQLiteSession
+from syncd.store.sqlite_documents import SQLiteDocuments
+from syncd.store.sqlite_run_writes import SQLiteRunWrites
 
 __all__ = ["SQLiteStore"]
-
-_FINISHED = frozenset({DocStatus.INDEXED, DocStatus.FAILED, DocStatus.DELETED})
-
 
 #: Largest page of connectors read on the event loop's thread (the API's default page + 1).
 QUICK_LIST_LIMIT = 101
 
 
-class SQLiteStore:
+class SQLiteStore(SQLiteRunWrites, SQLiteDocuments):
     """:class:`syncd.store.Store` on a SQLite file.
 
     ``path`` is a file path (its parent directory is created) or ``":memory:"``.
@@ -161,16 +153,16 @@ class SQLiteStore:
         return await self._db.reader.fetch_all(query, *params)
 
     async def mutate_connector(
-        self, connector_id: str, change: Change, *, fail_documents: str | None = None
+        self, connector_id: str, rule: StateRule, *, fail_documents: str | None = None
     ) -> tuple[Connector, Connector]:
-        """Atomically read the connector, apply ``change`` and write the result with its
+        """Atomically read the connector, apply ``rule`` and write the result with its
         run rows (see :meth:`syncd.store.Store.mutate_connector`)."""
         async with self._db.transaction() as tx:
             row = await tx.fetch_one(sql.GET_CONNECTOR, connector_id)
             if row is None:
                 raise NotFound()
             before = connector_from_row(row)
-            after = await self._write_transition(tx, before, change(before))
+            after = await self._write_transition(tx, before, rule(before))
             if fail_documents is not None:
                 await tx.execute(
                     sql.FAIL_DOCUMENTS,
@@ -182,9 +174,9 @@ class SQLiteStore:
         return before, after
 
     async def mutate_with_prune(
-        self, connector_id: str, change: PruneChange, *, unseen_by: str | None = None
+        self, connector_id: str, rule: PruneRule, *, unseen_by: str | None = None
     ) -> tuple[Connector, Connector, PruneResult]:
-        """:meth:`mutate_connector` whose change also sees the prune counts of crawl
+        """:meth:`mutate_connector` whose rule also sees the prune counts of crawl
         ``unseen_by`` and whose transition's prune plan is applied in the same transaction
         (see :meth:`syncd.store.Store.mutate_with_prune`)."""
         async with self._db.transaction() as tx:
@@ -199,7 +191,7 @@ class SQLiteStore:
                 found = await tx.fetch_one(sql.PRUNE_COUNTS, connector_id, unseen_by)
                 assert found is not None  # an aggregate always has a row
                 counts = PruneCounts(int(found[0]), int(found[1]))
-            transition = change(before, counts)
+            transition = rule(before, counts)
             after = await self._write_transition(tx, before, transition)
             if completing and before.deletions_held:
                 # The crawl recomputes what is held (documents are held only while the
@@ -288,7 +280,7 @@ class SQLiteStore:
         return int(found or 0)
 
     async def claim_due(
-        self, now: datetime, change: Change, *, limit: int
+        self, now: datetime, rule: StateRule, *, limit: int
     ) -> list[tuple[Connector, Connector]]:
         """The bulk claim in one ``BEGIN IMMEDIATE`` transaction (see
         :meth:`syncd.store.Store.claim_due`): the write lock makes it exclusive."""
@@ -296,7 +288,7 @@ class SQLiteStore:
             return []
         async with self._db.transaction() as tx:
             rows = await tx.fetch_all(sql.ADMISSIBLE_CONNECTORS, now=encode_dt(now), limit=limit)
-            plan = plan_claims([connector_from_row(r) for r in rows], change)
+            plan = plan_claims([connector_from_row(r) for r in rows], rule)
             if plan.written:
                 await tx.executemany(
                     sql.CLAIM_CONNECTOR,
@@ -317,111 +309,6 @@ class SQLiteStore:
                 )
         return plan.results
 
-    # --- run writes, fenced by run id ---------------------------------------------------
-
-    async def commit_page(
-        self,
-        connector_id: str,
-        run_id: str,
-        documents: Sequence[DocumentInput],
-        *,
-        next_cursor: str | None,
-        source_state: Mapping[str, Any],
-        now: datetime,
-        indexed: bool = False,
-        rejected: Sequence[Rejection] = (),
-        note: str | None = None,
-        crawl: Crawl | None = None,
-        deletions: Sequence[str] = (),
-        delete_at_once: bool = False,
-    ) -> list[str]:
-        """Upsert a crawled page and checkpoint the run in one transaction, fenced by
-        ``run_id`` (see :meth:`syncd.store.Store.commit_page`). Returns the external ids to
-        enqueue."""
-        at = encode_dt(now)
-        status = DocStatus.INDEXED.value if indexed else DocStatus.PENDING.value
-        state = dump_json(dict(source_state))
-        page_ids = [d.external_id for d in documents]
-        ids = dump_json(page_ids)
-        crawl_id = crawl.id if crawl is not None else None
-
-        # The whole transaction runs on the writer's thread in one trip, the page's plan
-        # (pure) included: a page commit is the store's hottest write, and it shares the
-        # writer with the workers' claims and finishes.
-        def write(conn: sqlite3.Connection) -> tuple[list[DocumentInput], list[str]]:
-            checkpointed = conn.execute(
-                sql.CHECKPOINT_PAGE,
-                (
-                    next_cursor,
-                    state,
-                    len(documents),
-                    at,
-                    crawl_id,
-                    None if crawl is None else crawl.full,
-                    connector_id,
-                    run_id,
-                ),
-            ).rowcount
-            if checkpointed != 1:
-                raise Fenced(f"run {run_id} is no longer the current run of {connector_id}")
-            existing = {
-                r[0]: ExistingDocument(r[1], DocStatus(r[2]), r[3], DocOp(r[4]))
-                for r in conn.execute(sql.EXISTING_DOCUMENTS, (connector_id, ids))
-            }
-            enqueue = plan_page(documents, existing)
-            if enqueue:
-                # Each payload is serialised exactly once, and only when it is written.
-                conn.executemany(
-                    sql.UPSERT_DOCUMENT,
-                    [
-                        (connector_id, d.external_id, d.content_hash, payload_text(d), at, status)
-                        for d in enqueue
-                    ],
-                )
-            # What a full crawl saw, for its prune: one row for the page. An incremental
-            # crawl never prunes and keeps nothing.
-            if crawl is not None and crawl.full and page_ids:
-                conn.execute(sql.SEEN_PAGE, (connector_id, crawl.id, ids))
-            gone: list[str] = []
-            if deletions:
-                # A tombstone for an id the page also holds as a record is not a deletion.
-                seen = set(page_ids)
-                doomed = dump_json([e for e in dict.fromkeys(deletions) if e not in seen])
-                target = DocStatus.DELETED if delete_at_once else DocStatus.PENDING
-                rows = conn.execute(
-                    sql.DELETE_IDS, (target.value, at, connector_id, doomed)
-                ).fetchall()
-                gone = sorted(r[0] for r in rows)
-            sample = None
-            if rejected:
-                run = conn.execute(sql.RUN_REJECTIONS, (run_id,)).fetchone()
-                if run is not None:
-                    sample = merge_rejections(run[1], int(run[0]) + 1, rejected)
-            conn.execute(
-                sql.COUNT_PAGE,
-                (len(documents), len(enqueue), len(rejected), sample, note, len(gone), run_id),
-            )
-            return enqueue, gone
-
-        enqueue, gone = await self._db.run_transaction(write)
-        queued = [] if delete_at_once else gone
-        return [d.external_id for d in enqueue] + queued
-
-    async def report(
-        self, connector_id: str, run_id: str, *, now: datetime, waiting: Waiting | None
-    ) -> bool:
-        """Heartbeat of a running run; ``False`` (nothing written) if it is not current."""
-        # One autocommit statement: atomic on its own.
-        written = await self._db.execute(
-            sql.REPORT,
-            encode_dt(now),
-            waiting.reason.value if waiting else None,
-            encode_dt(waiting.until) if waiting else None,
-            connector_id,
-            run_id,
-        )
-        return written == 1
-
     # --- runs ---------------------------------------------------------------------------
 
     async def get_run(self, run_id: str) -> Run | None:
@@ -441,181 +328,7 @@ class SQLiteStore:
             )
         return [run_from_row(r) for r in rows]
 
-    # --- documents ----------------------------------------------------------------------
-
-    async def get_document(self, connector_id: str, external_id: str) -> Document | None:
-        """The document with its payload, or ``None``."""
-        row = await self._db.reader.fetch_one(sql.GET_DOCUMENT, connector_id, external_id)
-        return None if row is None else document_from_row(row, with_payload=True)
-
-    async def list_documents(
-        self,
-        connector_id: str,
-        *,
-        status: DocStatus | None = None,
-        limit: int = 100,
-        after: str | None = None,
-    ) -> list[Document]:
-        """Documents (without payload) ordered by external id, greater than ``after``."""
-        params: list[Any] = []
-        if status is not None:
-            params.append(status.value)
-        params.append(connector_id)
-        if after is not None:
-            params.append(after)
-        params.append(limit)
-        query = sql.list_documents(by_status=status is not None, after=after is not None)
-        rows = await self._db.reader.fetch_all(query, *params)
-        return [document_from_row(r) for r in rows]
-
-    async def document_counts(self, connector_id: str) -> dict[DocStatus, int]:
-        """Number of documents per status (every status present, zero if none): the
-        counters the documents' triggers keep, not a count of the documents."""
-        rows = await self._db.reader.fetch_all(sql.DOCUMENT_COUNTS, connector_id)
-        counts = {r[0]: int(r[1]) for r in rows}
-        return {s: counts.get(s.value, 0) for s in DocStatus}
-
-    async def pending_documents(
-        self, *, after: tuple[str, str] | None = None, limit: int = 1000
-    ) -> list[tuple[str, str]]:
-        """``(connector_id, external_id)`` of pending documents, ordered by that pair,
-        greater than ``after``."""
-        if after is None:
-            rows = await self._db.fetch_all(sql.PENDING_DOCUMENTS, limit)
-        else:
-            rows = await self._db.fetch_all(sql.PENDING_DOCUMENTS_AFTER, *after, limit)
-        return [(r[0], r[1]) for r in rows]
-
-    async def claim_documents(
-        self,
-        connector_id: str,
-        external_ids: Sequence[str],
-        *,
-        lease_token: str,
-        lease_until: datetime,
-        now: datetime,
-        with_payload: bool = True,
-    ) -> list[Document]:
-        """Compare-and-set ``pending → running`` under a lease; the claimed documents (with
-        their payload unless ``with_payload`` is false), in the order of ``external_ids``."""
-        if not external_ids:
-            return []
-        # One statement, atomic on its own (RETURNING's rows are the rows it wrote): one trip
-        # to the writer's thread, where a transaction would take three (BEGIN, the
-        # statement, COMMIT), each waiting for a turn of a busy loop while holding the writer.
-        rows = await self._db.fetch_all(
-            sql.CLAIM_DOCUMENTS if with_payload else sql.CLAIM_DOCUMENTS_NO_PAYLOAD,
-            lease_token,
-            encode_dt(lease_until),
-            encode_dt(now),
-            connector_id,
-            dump_json(list(external_ids)),
-        )
-        documents = (document_from_row(r, with_payload=with_payload) for r in rows)
-        claimed = {d.external_id: d for d in documents}
-        return [claimed[e] for e in dict.fromkeys(external_ids) if e in claimed]
-
-    async def finish_documents(
-        self,
-        connector_id: str,
-        lease_token: str,
-        results: Sequence[tuple[str, DocStatus, str | None]],
-        *,
-        now: datetime,
-    ) -> int:
-        """Record ``(external_id, indexed|failed, error)`` for documents still running under
-        ``lease_token``; how many were written."""
-        at = encode_dt(now)
-        # The last result of an id wins, as on PostgreSQL (the first write would clear the
-        # lease and fence out the others).
-        latest = {external_id: (status, error) for external_id, status, error in results}
-        groups: dict[tuple[DocStatus, str | None], list[str]] = {}
-        for external_id, outcome in latest.items():
-            if outcome[0] not in _FINISHED:
-                raise ValueError(
-                    f"a finished document is indexed, failed or deleted, not {outcome[0]}"
-                )
-            groups.setdefault(outcome, []).append(external_id)
-        params = [
-            (status.value, error, at, connector_id, dump_json(ids), lease_token)
-            for (status, error), ids in groups.items()
-        ]
-        if not params:
-            return 0
-        if len(params) == 1:
-            # The usual batch (every document indexed): one statement, atomic on its own.
-            return await self._db.execute(sql.FINISH_DOCUMENTS, *params[0])
-        written = 0
-        async with self._db.transaction() as tx:
-            for args in params:
-                written += await tx.execute(sql.FINISH_DOCUMENTS, *args)
-        return written
-
-    async def extend_leases(self, connector_id: str, lease_token: str, until: datetime) -> int:
-        """Push back the lease of documents running under ``lease_token``."""
-        return await self._db.execute(
-            sql.EXTEND_LEASES, encode_dt(until), connector_id, lease_token
-        )
-
-    async def release_expired_leases(self, now: datetime) -> list[tuple[str, str]]:
-        """Return ``running`` documents whose lease ended at or before ``now`` to
-        ``pending``; their ``(connector_id, external_id)``, sorted."""
-        at = encode_dt(now)
-        async with self._db.transaction() as tx:
-            rows = await tx.fetch_all(sql.RELEASE_EXPIRED_LEASES, at, at)
-        return sorted((r[0], r[1]) for r in rows)
-
-    async def fail_documents(
-        self,
-        connector_id: str,
-        statuses: Sequence[DocStatus],
-        error: str,
-        *,
-        now: datetime,
-    ) -> int:
-        """Mark the connector's documents in ``statuses`` as ``failed`` with ``error``
-        (their leases are dropped, so a worker still indexing one cannot finish it)."""
-        if not statuses:
-            return 0
-        values = dump_json([s.value for s in statuses])
-        return await self._db.execute(
-            sql.FAIL_DOCUMENTS, error, encode_dt(now), values, connector_id
-        )
-
-    async def requeue_documents(
-        self,
-        connector_id: str,
-        *,
-        error: str | None = None,
-        now: datetime,
-        run_id: str | None = None,
-    ) -> list[str]:
-        """``failed → pending`` (attempts reset) for the connector's failed documents, only
-        those with this ``error`` when given; their external ids, sorted. With ``run_id``,
-        fenced: :class:`Fenced` (nothing written) unless it is the current run."""
-        at = encode_dt(now)
-        async with self._db.transaction() as tx:
-            if run_id is not None:
-                current = await tx.fetch_one(sql.IS_CURRENT_RUN, connector_id, run_id)
-                if current is None:
-                    raise Fenced(f"run {run_id} is no longer the current run of {connector_id}")
-            if error is None:
-                rows = await tx.fetch_all(sql.REQUEUE_DOCUMENTS, at, connector_id)
-            else:
-                rows = await tx.fetch_all(sql.REQUEUE_DOCUMENTS_WITH_ERROR, at, connector_id, error)
-        return sorted(r[0] for r in rows)
-
-    async def purge_deleted(self, before: datetime) -> int:
-        """Remove ``deleted`` documents (tombstones) deleted before ``before``; how many."""
-        async with self._db.transaction() as tx:
-            return await tx.execute(sql.PURGE_DELETED, encode_dt(before))
-
-    async def document_totals(self) -> dict[DocStatus, int]:
-        """Documents of every connector per status (every status present, zero if none),
-        summed from the counters."""
-        rows = await self._db.reader.fetch_all(sql.DOCUMENT_TOTALS)
-        counts = {r[0]: int(r[1]) for r in rows}
-        return {s: counts.get(s.value, 0) for s in DocStatus}
+    # --- totals (metrics) ---------------------------------------------------------------
 
     async def connector_totals(self) -> dict[tuple[ConnectorStatus, SyncStatus], int]:
         """Connectors per ``(status, sync_status)`` (every pair present, zero if none)."""
@@ -672,5 +385,4 @@ def _counted(row: Any) -> tuple[Connector, dict[DocStatus, int]]:
 
 def _counts(row: Any) -> dict[DocStatus, int]:
     """Every status's count from a row's ``document_counts`` JSON object (zero if absent)."""
-    found = load_json(row["document_counts"]) or {}
-    return {s: int(found.get(s.value, 0)) for s in DocStatus}
+    return status_counts(load_json(row["document_counts"]) or {})

@@ -1,6 +1,6 @@
 """The SQLite plumbing under :class:`~syncd.store.sqlite.SQLiteStore`: aiosqlite connections
-in WAL mode, the migrations, and a handful of verbs over the named statements of
-:mod:`syncd.store.sqlite_sql`.
+in WAL mode, the migrations of :mod:`syncd.store.sqlite_migrations` applied when it opens,
+and a handful of verbs over the named statements of :mod:`syncd.store.sqlite_sql`.
 
 One connection writes, on a thread of its own (:class:`~syncd.store.sqlite_writer.Writer`).
 Writes are handed to it under an ``asyncio.Lock``: a statement, or a whole transaction
@@ -45,6 +45,7 @@ from typing import Any, TypeVar
 import aiosqlite
 
 from syncd.errors import NameConflict, StoreError
+from syncd.store import sqlite_migrations as schema
 from syncd.store import sqlite_sql as sql
 from syncd.store.sqlite_writer import Writer, changed_rows, fetch_rows
 
@@ -413,13 +414,13 @@ async def _migrate(db: Writer) -> None:
     # Under the write lock, so that two processes opening a new file migrate it once.
     try:
         await db.execute(sql.BEGIN_IMMEDIATE)
-        rows = list(await db.execute_fetchall(sql.GET_USER_VERSION))
+        rows = list(await db.execute_fetchall(schema.GET_USER_VERSION))
         current = int(rows[0][0])
-        for step in sql.MIGRATIONS:
+        for step in schema.MIGRATIONS:
             if step.version > current:
                 for statement in step.statements:
                     await db.execute(statement)
-                await db.execute(sql.set_user_version(step.version))
+                await db.execute(schema.set_user_version(step.version))
         await db.commit()
     except BaseException:
         await _rollback(db)

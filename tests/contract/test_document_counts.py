@@ -29,7 +29,7 @@ from syncd.models import (
     Transition,
     new_id,
 )
-from syncd.store import postgres_sql, sqlite_sql
+from syncd.store import postgres_migrations, postgres_sql, sqlite_migrations
 from syncd.store.base import Store
 from syncd.store.codec import encode_dt
 from syncd.store.postgres import PostgresStore
@@ -281,7 +281,7 @@ _OLD_DOCUMENTS = [("c1", "a", "indexed"), ("c1", "b", "pending"), ("c1", "c", "p
 async def test_migration_counts_existing_documents_on_sqlite(tmp_path: Path) -> None:
     path = tmp_path / "old.db"
     with sqlite3.connect(path) as db:
-        for step in sqlite_sql.MIGRATIONS:
+        for step in sqlite_migrations.MIGRATIONS:
             if step.version <= 6:
                 for statement in step.statements:
                     db.execute(statement)
@@ -311,11 +311,11 @@ async def test_migration_counts_existing_documents_on_sqlite(tmp_path: Path) -> 
 async def test_migration_counts_existing_documents_on_postgres(fresh_postgres_dsn: str) -> None:
     conn = await asyncpg.connect(fresh_postgres_dsn)
     try:
-        await conn.execute(postgres_sql.CREATE_VERSION_TABLE)
-        for version, statements in postgres_sql.MIGRATIONS:
+        await conn.execute(postgres_migrations.CREATE_VERSION_TABLE)
+        for version, statements in postgres_migrations.MIGRATIONS:
             if version <= 6:
                 await conn.execute(statements)
-                await conn.execute(postgres_sql.RECORD_VERSION, version)
+                await conn.execute(postgres_migrations.RECORD_VERSION, version)
         for cid in ("c1", "c2"):
             await conn.execute(
                 "INSERT INTO connectors (id, name, source, indexer, created_at, updated_at, "

@@ -36,7 +36,7 @@ from syncd.models import (
     PrunePlan,
     Transition,
 )
-from syncd.store.base import PruneChange
+from syncd.store.base import PruneRule
 from syncd.store.postgres import PostgresStore
 
 from .factories import at, make_connector, make_doc, start_run
@@ -93,7 +93,7 @@ async def crawl(store: PostgresStore, c: Connector, crawl_id: str, *ids: str) ->
     )
 
 
-def prune(plan: PrunePlan | None, *, deletions_held: int | None = None) -> PruneChange:
+def prune(plan: PrunePlan | None, *, deletions_held: int | None = None) -> PruneRule:
     """A prune change applying ``plan`` (and setting ``deletions_held`` when given)."""
 
     def change(c: Connector, counts: PruneCounts | None) -> Transition:

@@ -32,6 +32,7 @@ from syncd.models import (
 )
 from syncd.pipeline.inputs import document_inputs
 from syncd.store import open_store
+from syncd.store import postgres_migrations as schema
 from syncd.store import postgres_sql as sql
 from syncd.store.postgres import PostgresStore
 
@@ -114,7 +115,7 @@ async def test_two_stores_opening_a_fresh_database_at_once_migrate_once(
     # Hold the migration lock so that both openers are provably inside open() at once.
     holder = admin.transaction()
     await holder.start()
-    await admin.execute("SELECT pg_advisory_xact_lock($1)", sql.MIGRATION_LOCK_KEY)
+    await admin.execute("SELECT pg_advisory_xact_lock($1)", schema.MIGRATION_LOCK_KEY)
     opening = [
         asyncio.create_task(first.open(), name="open-first"),
         asyncio.create_task(second.open(), name="open-second"),
@@ -133,8 +134,8 @@ async def test_two_stores_opening_a_fresh_database_at_once_migrate_once(
         await holder.rollback()
     try:
         await asyncio.gather(*opening)
-        versions = await admin.fetch(f"SELECT version FROM {sql.SCHEMA_VERSION_TABLE}")
-        assert [r["version"] for r in versions] == [v for v, _ in sql.MIGRATIONS]
+        versions = await admin.fetch(f"SELECT version FROM {schema.SCHEMA_VERSION_TABLE}")
+        assert [r["version"] for r in versions] == [v for v, _ in schema.MIGRATIONS]
         created = await first.create_connector(make_connector())
         assert await second.get_connector(created.id) == created
     finally:
@@ -149,15 +150,15 @@ async def test_reopening_a_migrated_database_changes_nothing(
         s = PostgresStore(postgres_dsn)
         await s.open()
         await s.close()
-    assert await admin.fetchval(f"SELECT count(*) FROM {sql.SCHEMA_VERSION_TABLE}") == len(
-        sql.MIGRATIONS
+    assert await admin.fetchval(f"SELECT count(*) FROM {schema.SCHEMA_VERSION_TABLE}") == len(
+        schema.MIGRATIONS
     )
 
 
 async def test_a_newer_schema_than_known_refuses_to_open(
     store: PostgresStore, postgres_dsn: str, admin: asyncpg.Connection[asyncpg.Record]
 ) -> None:
-    await admin.execute(f"INSERT INTO {sql.SCHEMA_VERSION_TABLE} (version) VALUES (999)")
+    await admin.execute(f"INSERT INTO {schema.SCHEMA_VERSION_TABLE} (version) VALUES (999)")
     newer = PostgresStore(postgres_dsn)
     with pytest.raises(StoreError, match="schema version 999 is newer"):
         await newer.open()
@@ -463,11 +464,11 @@ async def test_migration_2_keeps_jsonb_payloads_and_adds_run_columns(
     # Every table later migrations create goes too (they are recreated by them).
     await admin.execute(
         "DROP TABLE documents, runs, crawl_pages, instances, connectors, "
-        f"{sql.SCHEMA_VERSION_TABLE}"
+        f"{schema.SCHEMA_VERSION_TABLE}"
     )
-    await admin.execute(sql.MIGRATIONS[0][1])
-    await admin.execute(sql.CREATE_VERSION_TABLE)
-    await admin.execute(sql.RECORD_VERSION, 1)
+    await admin.execute(schema.MIGRATIONS[0][1])
+    await admin.execute(schema.CREATE_VERSION_TABLE)
+    await admin.execute(schema.RECORD_VERSION, 1)
     c = make_connector()
     now = utcnow()
     await admin.execute(
@@ -503,8 +504,8 @@ async def test_migration_2_keeps_jsonb_payloads_and_adds_run_columns(
         assert (run.documents_rejected, run.rejections, run.note) == (0, (), None)
     finally:
         await migrated.close()
-    versions = await admin.fetch(f"SELECT version FROM {sql.SCHEMA_VERSION_TABLE}")
-    assert [r["version"] for r in versions] == [v for v, _ in sql.MIGRATIONS]
+    versions = await admin.fetch(f"SELECT version FROM {schema.SCHEMA_VERSION_TABLE}")
+    assert [r["version"] for r in versions] == [v for v, _ in schema.MIGRATIONS]
 
 
 async def test_times_come_back_as_aware_utc(store: PostgresStore) -> None:

@@ -17,7 +17,8 @@ import pytest
 import redis.asyncio as aioredis
 
 from syncd.errors import ConfigError, QueueError
-from syncd.queue import Batch, WorkQueue
+from syncd.queue import WorkQueue
+from syncd.queue.base import Batch
 from syncd.queue.memory import MemoryQueue
 from syncd.queue.redis import RedisQueue
 

@@ -39,9 +39,9 @@ from syncd.models import (
     new_id,
 )
 from syncd.pipeline.inputs import document_inputs
-from syncd.store.base import Change, Store
+from syncd.store.base import StateRule, Store
 from syncd.store.sqlite import SQLiteStore
-from syncd.store.sqlite_sql import MIGRATIONS
+from syncd.store.sqlite_migrations import MIGRATIONS
 
 from .factories import T0, at, make_connector, make_doc, start_run
 
@@ -232,7 +232,7 @@ async def test_run_ends_apply_only_while_running(store: Store) -> None:
     c = await add_connector(store)
     first = await start_run(store, c.id)
 
-    def end(run_id: str, outcome: RunOutcome, when: float, error: str | None = None) -> Change:
+    def end(run_id: str, outcome: RunOutcome, when: float, error: str | None = None) -> StateRule:
         def change(current: Connector) -> Transition:
             return Transition(current, ends=(RunEnd(run_id, outcome, at(when), error),))
 

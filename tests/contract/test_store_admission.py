@@ -24,7 +24,7 @@ from syncd.models import (
     Transition,
     new_id,
 )
-from syncd.store.base import Change, Store
+from syncd.store.base import StateRule, Store
 from syncd.store.sqlite import SQLiteStore
 
 from .factories import at, make_connector, start_run
@@ -37,7 +37,7 @@ async def add(store: Store, **fields: Any) -> Connector:
     return await store.create_connector(make_connector(**fields))
 
 
-def admit(now: datetime, owner: str = "instance-a", stale_seconds: float = 3600) -> Change:
+def admit(now: datetime, owner: str = "instance-a", stale_seconds: float = 3600) -> StateRule:
     """The scheduler's rule, with a fresh run id per connector."""
     stale_before = now - timedelta(seconds=stale_seconds)
 

@@ -29,7 +29,7 @@ from syncd.models import (
     Transition,
     utcnow,
 )
-from syncd.store import postgres_sql as sql
+from syncd.store import postgres_migrations as schema
 from tests.integration.conftest import http_source
 from tests.integration.multi import (
     HoldingReceiver,
@@ -85,10 +85,10 @@ async def test_instances_start_at_once_and_migrate_once(
     assert await a.readiness() == await b.readiness() == {"store": "ok", "queue": "ok"}
     conn = await asyncpg.connect(postgres_dsn)
     try:
-        rows = await conn.fetch(f"SELECT version FROM {sql.SCHEMA_VERSION_TABLE} ORDER BY 1")
+        rows = await conn.fetch(f"SELECT version FROM {schema.SCHEMA_VERSION_TABLE} ORDER BY 1")
     finally:
         await conn.close()
-    assert [r["version"] for r in rows] == [v for v, _ in sql.MIGRATIONS]
+    assert [r["version"] for r in rows] == [v for v, _ in schema.MIGRATIONS]
 
 
 async def test_fifty_triggers_over_two_instances_start_one_run(

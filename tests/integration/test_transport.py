@@ -24,14 +24,10 @@ from syncd.errors import (
     ServerError,
     SourceError,
 )
+from syncd.http.guard import BlockedAddressError, GuardedResolver, blocked_address_kind
 from syncd.http.paginator import AsyncCursorPaginator
 from syncd.http.timeouts import Timeouts
-from syncd.http.transport import (
-    BlockedAddressError,
-    Transport,
-    _GuardedResolver,
-    blocked_address_kind,
-)
+from syncd.http.transport import Transport
 from syncd.sources import HttpSource
 from syncd.sources.base import SourceContext
 from tests.integration.sourceserver import SourceServer
@@ -478,9 +474,9 @@ class FixedResolver(AbstractResolver):
 
 
 async def test_guarded_resolver_refuses_a_name_with_any_private_address() -> None:
-    public = _GuardedResolver(FixedResolver("93.184.216.34"))
+    public = GuardedResolver(FixedResolver("93.184.216.34"))
     assert [r["host"] for r in await public.resolve("api.example.com", 443)] == ["93.184.216.34"]
-    mixed = _GuardedResolver(FixedResolver("93.184.216.34", "10.0.0.5"))
+    mixed = GuardedResolver(FixedResolver("93.184.216.34", "10.0.0.5"))
     with pytest.raises(BlockedAddressError) as info:
         await mixed.resolve("api.example.com", 443)
     assert str(info.value) == (

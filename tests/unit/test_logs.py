@@ -387,7 +387,7 @@ def test_one_url_password_rule_everywhere(text: str, expected: str) -> None:
 @pytest.mark.parametrize("url", ["http://u:hunter2@[::1/x?a=1", "http://u:hunter2@h:99999/x#f"])
 def test_unparsable_urls_in_messages_do_not_show_their_password(url: str) -> None:
     # yarl refuses these; the transport's fallback still masks the password.
-    from syncd.http.transport import describe_url, safe_url
+    from syncd.http.urls import describe_url, safe_url
 
     for shown in (safe_url(url), describe_url(url)):
         assert "hunter2" not in shown

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 
-from syncd.store import postgres_sql
+from syncd.store import postgres_migrations
 
 RELEASED: dict[int, str] = {
     1: "f5aa348a493d5e24638e4de44f09dd7c0514a55f7f14855c545cf92da6d66377",
@@ -28,12 +28,12 @@ RELEASED: dict[int, str] = {
 def test_released_migrations_are_unchanged() -> None:
     found = {
         version: hashlib.sha256(text.encode()).hexdigest()
-        for version, text in postgres_sql.MIGRATIONS
+        for version, text in postgres_migrations.MIGRATIONS
         if version in RELEASED
     }
     assert found == RELEASED
 
 
 def test_versions_follow_each_other() -> None:
-    versions = [version for version, _ in postgres_sql.MIGRATIONS]
+    versions = [version for version, _ in postgres_migrations.MIGRATIONS]
     assert versions == list(range(1, len(versions) + 1))

@@ -11,7 +11,8 @@ from structlog.testing import capture_logs
 from syncd.errors import SourceError
 from syncd.http.retry_after import MAX_RETRY_AFTER, clamp_retry_after, parse_retry_after
 from syncd.http.timeouts import ENV_CONNECT, ENV_READ, Timeouts, resolve_timeouts
-from syncd.http.transport import Response, Transport, safe_url
+from syncd.http.transport import Response, Transport
+from syncd.http.urls import safe_url
 
 NOW = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)
 
