@@ -31,10 +31,10 @@ from syncd.indexers.opensearch_bulk import (
     item_results,
     mapping_problems,
 )
-from syncd.models import DocStatus, Document, DocumentFields
+from syncd.models import DocStatus, Document, DocumentFields, PaginatorSettings
 from syncd.plugins import Registry
 from syncd.schema import connector_file_schema
-from syncd.schema.spec import SyncDefaults, parse_create
+from syncd.schema.spec import parse_create
 from tests.integration.searchmapping import shown
 
 CID = "0190a1b2c3d4e5f60718293a4b"  # a connector id as syncd makes them (hexadecimal)
@@ -310,7 +310,7 @@ BASE = {"type": "opensearch", "url": "https://search.example.com:9200", "index":
 
 def create(indexer: dict[str, Any]) -> dict[str, Any]:
     body = {"name": "n", "source": HTTP, "indexer": indexer}
-    out: dict[str, Any] = parse_create(body, kinds=Registry.builtin(), defaults=SyncDefaults())
+    out: dict[str, Any] = parse_create(body, kinds=Registry.builtin(), defaults=PaginatorSettings())
     return out
 
 
