@@ -569,6 +569,17 @@
     else renderDaemon();
   }
 
+  // Only cells whose markup changed are replaced: a row redrawn whole on every tick would
+  // swallow a click whose press and release straddle the redraw.
+  function patchCells(tr, cells) {
+    cells.forEach((td, i) => {
+      const old = tr.children[i];
+      if (!old) tr.appendChild(td);
+      else if (old.outerHTML !== td.outerHTML) old.replaceWith(td);
+    });
+    while (tr.children.length > cells.length) tr.lastElementChild.remove();
+  }
+
   function renderList() {
     const body = $("connectors");
     const list = [...state.connectors.values()].sort(byName);
@@ -589,7 +600,7 @@
       }
       if (body.children[i] !== tr) body.insertBefore(tr, body.children[i] || null);
       const [syncValue, syncText] = syncLabel(c);
-      tr.replaceChildren(
+      patchCells(tr, [
         h("td", { "data-k": "name" }, h("a", { href: `#/c/${enc(c.id)}` }, c.name)),
         h("td", { "data-k": "status" }, badge(c.status)),
         h("td", { "data-k": "sync" }, badge(syncValue, syncText),
@@ -600,7 +611,7 @@
           c.next_run_at ? time(c.next_run_at) : "—"),
         h("td", { "data-k": "documents" }, counts(c.documents)),
         h("td", { "data-k": "last-error", class: "err" }, c.last_error || ""),
-      );
+      ]);
     });
     setText($("list-count"), state.loaded ? `(${list.length})` : "");
     $("list-empty").hidden = !state.loaded || list.length > 0;
