@@ -260,6 +260,7 @@ class Workers:
                 deletes=deletes,
                 timeout=self._index_timeout,
                 metrics=self._metrics,
+                kind=kind.name,
             ),
             name=f"index:{cid}",
         )
