@@ -31,10 +31,11 @@ from syncd.api import build_app, start_api, views
 from syncd.config.loader import Config
 from syncd.daemon.embedding import EmbeddingApi
 from syncd.daemon.instances import Instances
+from syncd.daemon.transport import daemon_transport
 from syncd.errors import SyncdError
 from syncd.http.budget import HostBudgets
 from syncd.http.budget_redis import open_budgets
-from syncd.http.transport import Timeouts, Transport, resolve_timeouts
+from syncd.http.transport import Transport
 from syncd.indexers.base import IndexerContext, IndexerFactory
 from syncd.indexing.maintenance import Maintenance
 from syncd.indexing.workers import Workers
@@ -163,14 +164,10 @@ class Daemon(EmbeddingApi):
             # Per-host budgets live beside the queue: in process, or shared through Redis.
             self.budgets = open_budgets(cfg.queue.url, cfg.http.hosts, prefix=cfg.queue.prefix)
             await self.budgets.open()
-            self.transport = Transport(
-                timeouts=resolve_timeouts(
-                    None, config=Timeouts(cfg.http.timeout_read, cfg.http.timeout_connect)
-                ),
-                on_retry=lambda exc, attempt: self.metrics.transport_retries.inc(),
-                block_private_addresses=cfg.http.block_private_addresses,
+            self.transport = daemon_transport(
+                cfg,
                 budgets=self.budgets,
-                max_rate_limit_wait=cfg.http.max_rate_limit_wait_seconds,
+                on_retry=lambda exc, attempt: self.metrics.transport_retries.inc(),
             )
             await self.transport.open()
         except BaseException:

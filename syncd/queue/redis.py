@@ -263,6 +263,8 @@ class RedisQueue:
         self._heartbeat: asyncio.Task[None] | None = None
         self._signal = Signal()
         self._broadcast = Broadcast()
+        # Set by ``close``: the background tasks end on it, not only on their cancellation.
+        self._closing = asyncio.Event()
         # Receipts of batches handed out by ``pop`` (or being popped) and not acknowledged.
         self._held: set[str] = set()
         self._lost = asyncio.Condition()
@@ -326,10 +328,16 @@ class RedisQueue:
             return
         was_open = self._state is QueueState.OPEN
         self._state = QueueState.CLOSED
+        self._closing.set()
         self._signal.fire()
         self._broadcast.close()
         if not was_open:
             return
+        # Cancelling interrupts a read in flight, but cannot be relied on alone: on Python
+        # 3.11 redis-py sends each command through asyncio.wait_for, which drops a
+        # cancellation arriving in the step where the send completes (CPython gh-86296).
+        # Both loops also end on ``_closing``, so a lost cancellation costs one more command,
+        # not a close that waits forever.
         await _stop(self._reader)
         await _stop(self._heartbeat)
         client, scripts, pubsub = self._client, self._scripts, self._pubsub
@@ -487,8 +495,7 @@ class RedisQueue:
         return count
 
     async def _heartbeat_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self._heartbeat_seconds)
+        while not await wait_event(self._closing, self._heartbeat_seconds):
             client, scripts = self._connection()
             try:
                 await client.set(self._alive, "1", px=self._ttl_ms)
@@ -505,7 +512,7 @@ class RedisQueue:
 
     async def _read_loop(self, pubsub: PubSub) -> None:
         failing = False
-        while True:
+        while not self._closing.is_set():
             try:
                 message = await pubsub.get_message(
                     ignore_subscribe_messages=True, timeout=_READER_POLL_SECONDS
@@ -514,7 +521,7 @@ class RedisQueue:
                 if not failing:
                     log.warning("queue.subscription_lost", error=str(self._error("read", exc)))
                 failing = True
-                await asyncio.sleep(_READER_RETRY_SECONDS)
+                await wait_event(self._closing, _READER_RETRY_SECONDS)
                 continue
             if failing:
                 # Wake-ups sent while we were away are lost: let every waiter look again.
