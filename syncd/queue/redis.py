@@ -59,7 +59,7 @@ import redis.asyncio as aioredis
 import structlog
 from redis.asyncio.client import PubSub
 from redis.asyncio.retry import Retry
-from redis.backoff import ExponentialWithJitterBackoff
+from redis.backoff import ExponentialWithJitterBackoff, NoBackoff
 from redis.exceptions import RedisError
 
 from syncd.errors import ConfigError, QueueError
@@ -79,6 +79,8 @@ _READER_POLL_SECONDS = 1.0
 # Retries of one command on a dropped connection (rides through a short restart): about 1 s
 # in total on average, at most ~2.4 s before the error reaches the caller.
 _RETRY = Retry(ExponentialWithJitterBackoff(cap=1.0, base=0.1), retries=4)
+# A readiness probe asks once: retries would hide an outage behind a second of backoff.
+_PROBE_RETRY = Retry(NoBackoff(), retries=0)
 _DRIVER_ERRORS = (RedisError, OSError)
 
 _PUSH = """
@@ -263,6 +265,8 @@ class RedisQueue:
         self._heartbeat: asyncio.Task[None] | None = None
         self._signal = Signal()
         self._broadcast = Broadcast()
+        # The readiness probe's client (see ``ping``), made on first use.
+        self._probe: aioredis.Redis | None = None
         # Set by ``close``: the background tasks end on it, not only on their cancellation.
         self._closing = asyncio.Event()
         # Receipts of batches handed out by ``pop`` (or being popped) and not acknowledged.
@@ -344,6 +348,9 @@ class RedisQueue:
         self._client = self._scripts = self._pubsub = None
         assert client is not None and scripts is not None and pubsub is not None
         self._held.clear()
+        if self._probe is not None:
+            probe, self._probe = self._probe, None
+            await probe.aclose()
         try:
             await self._run_reclaim(scripts, own_min_age_ms=0)
             await client.delete(self._alive)
@@ -354,10 +361,19 @@ class RedisQueue:
             await self._release(client, pubsub)
 
     async def ping(self) -> None:
-        """Raise :class:`QueueError` unless Redis answers."""
-        client, _ = self._connection()
+        """Raise :class:`QueueError` unless Redis answers, asked once (no retry), on a
+        connection of its own so that it never waits behind the queue's commands."""
+        self._connection()
+        if self._probe is None:
+            self._probe = aioredis.Redis.from_url(
+                self._url,
+                retry=_PROBE_RETRY,
+                socket_connect_timeout=5.0,
+                socket_timeout=5.0,
+                max_connections=2,
+            )
         try:
-            await client.ping()
+            await self._probe.ping()
         except _DRIVER_ERRORS as exc:
             raise self._error("ping", exc) from exc
 
