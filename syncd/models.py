@@ -39,6 +39,7 @@ class RunTrigger(StrEnum):
     MANUAL = "manual"
     SCHEDULE = "schedule"
     STALE_LOCK = "stale_lock"
+    RETRY = "retry"  # an automatic retry of a failed run (``retry_attempts``)
 
 
 class RunOutcome(StrEnum):
@@ -144,6 +145,12 @@ class Connector:
     # The document shape (DESIGN.md §7) as its user wrote it (None: none), see
     # syncd.rules.shape.
     document: Mapping[str, Any] | None = None
+    # Failed runs retried automatically (syncd.rules.runs.fail): how many times, the first
+    # wait (doubling), the failed runs in a row so far and when the next retry is due.
+    retry_attempts: int = 3
+    retry_backoff: float = 30.0
+    failures: int = 0
+    retry_at: datetime | None = None
     status: ConnectorStatus = ConnectorStatus.ACTIVE
     sync_status: SyncStatus = SyncStatus.IDLE
     last_error: str | None = None
@@ -190,6 +197,7 @@ class RunStart:
     trigger: RunTrigger
     started_at: datetime
     owner: str | None
+    attempt: int = 1
 
 
 @dataclass(frozen=True)
@@ -295,6 +303,8 @@ class Run:
     note: str | None = None
     deleted: int = 0
     deletions_held: int = 0
+    # 1 for a first try; n for the n-th run in a row after failures (manual runs count from 1).
+    attempt: int = 1
 
 
 @dataclass(frozen=True)

@@ -155,6 +155,16 @@ SCHEMAS: dict[str, Any] = {
             "sync_schedule": _STR_OR_NULL,
             "sync_timezone": _STR_OR_NULL,
             "next_run_at": _TIME,
+            "failures": {
+                **_COUNT,
+                "description": "Failed runs in a row (0 after a successful run; a manual "
+                "trigger starts a new count).",
+            },
+            "retry_at": {
+                **_TIME,
+                "description": "When the automatic retry of the last failed run is due (null: "
+                "none pending, e.g. `retry_attempts` used up).",
+            },
             "created_at": _TIME,
             "updated_at": _TIME,
             "source": {
@@ -169,6 +179,8 @@ SCHEMAS: dict[str, Any] = {
             "throttle_seconds": {"type": "number"},
             "retry_on_status": {"type": "array", "items": {"type": "integer"}},
             "hash_fields": {"type": ["array", "null"], "items": {"type": "string"}},
+            "retry_attempts": {"type": "integer", "minimum": 0},
+            "retry_backoff": {"type": "number", "minimum": 0},
             "document": {
                 "type": ["object", "null"],
                 "description": "The document mapping, as written (see the connector file "
@@ -206,7 +218,13 @@ SCHEMAS: dict[str, Any] = {
         {
             "id": {"type": "string"},
             "connector_id": {"type": "string"},
-            "trigger": {"enum": ["manual", "schedule", "stale_lock"]},
+            "trigger": {"enum": ["manual", "schedule", "stale_lock", "retry"]},
+            "attempt": {
+                "type": "integer",
+                "minimum": 1,
+                "description": "1 for a first try; n for the n-th run in a row after failed "
+                "ones (a manual run counts from 1).",
+            },
             "outcome": {"enum": ["running", "succeeded", "failed", "aborted", "interrupted"]},
             "started_at": _TIME,
             "finished_at": _TIME,

@@ -84,6 +84,8 @@ def _head(c: Connector) -> dict[str, Any]:
         "sync_schedule": c.sync_schedule,
         "sync_timezone": c.sync_timezone,
         "next_run_at": timestamp(c.next_run_at),
+        "failures": c.failures,
+        "retry_at": timestamp(c.retry_at),
         "created_at": timestamp(c.created_at),
         "updated_at": timestamp(c.updated_at),
     }
@@ -101,6 +103,8 @@ def _tail(c: Connector, counts: Mapping[DocStatus, int]) -> dict[str, Any]:
         "full_crawl_schedule": c.full_crawl_schedule,
         "deletions_held": c.deletions_held,
         "hash_fields": None if c.hash_fields is None else list(c.hash_fields),
+        "retry_attempts": c.retry_attempts,
+        "retry_backoff": c.retry_backoff,
         "document": None if c.document is None else dict(c.document),
         "progress": {"pages": c.progress.pages, "documents": c.progress.documents},
         "waiting": (
@@ -199,6 +203,7 @@ def run_json(run: Run) -> dict[str, Any]:
         "note": run.note,
         "deleted": run.deleted,
         "deletions_held": run.deletions_held,
+        "attempt": run.attempt,
     }
 
 

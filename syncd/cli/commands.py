@@ -209,7 +209,7 @@ async def _runs(api: Client, args: argparse.Namespace, io: Streams) -> int:
     rows = [
         [
             r.get("id"),
-            r.get("trigger"),
+            _trigger(r),
             r.get("outcome"),
             ts(r.get("started_at")),
             ts(r.get("finished_at")),
@@ -230,6 +230,13 @@ async def _runs(api: Client, args: argparse.Namespace, io: Streams) -> int:
     ]
     print_page(io, [*headers, "ERROR"], rows, page, "runs")
     return EXIT_OK
+
+
+def _trigger(run: Mapping[str, Any]) -> str:
+    """``retry #3`` for the third run in a row after failures, else the trigger alone."""
+    attempt = run.get("attempt")
+    trigger = str(run.get("trigger"))
+    return f"{trigger} #{attempt}" if isinstance(attempt, int) and attempt > 1 else trigger
 
 
 async def _documents(api: Client, args: argparse.Namespace, io: Streams) -> int:

@@ -42,6 +42,8 @@ EDITABLE = (
     "page_retry_backoff",
     "throttle_seconds",
     "retry_on_status",
+    "retry_attempts",
+    "retry_backoff",
     "hash_fields",
     "document",
     "prune",

@@ -41,8 +41,8 @@ def admit(
         if c.status not in (ConnectorStatus.ACTIVE, ConnectorStatus.ERROR):
             raise NotDue(str(c.status))
         nxt = c.next_run_at
-        if nxt is not None and nxt <= now:
-            nxt = next_run_at(c, now)
+        if c.retry_at is not None or (nxt is not None and nxt <= now):
+            nxt = next_run_at(replace(c, retry_at=None), now)  # this run serves a retry
         return claim(
             c, run_id=run_id, owner=owner, now=now, trigger=RunTrigger.MANUAL, next_run_at=nxt
         )
@@ -67,15 +67,23 @@ def scheduled(
     """
     if c.next_run_at is None or c.next_run_at > now:
         raise NotDue("not due")
-    if not (c.sync_schedule or c.full_crawl_schedule):
+    if not (c.sync_schedule or c.full_crawl_schedule or c.retry_at is not None):
         raise NotDue("not due")
-    nxt = next_run_at(c, now)
+    retry_due = c.retry_at is not None and c.retry_at <= now
+    # A run started here serves a pending retry (claim clears it): the next is the schedule's.
+    nxt = next_run_at(replace(c, retry_at=None), now)
     if c.status in (ConnectorStatus.PAUSED, ConnectorStatus.DELETING):
         raise NotDue(str(c.status))
     if c.sync_status is not SyncStatus.RUNNING:
         # A queued manual trigger is served by the same run (stale locks concern runs only).
         queued = c.sync_status is SyncStatus.QUEUED
-        trigger = RunTrigger.MANUAL if queued else RunTrigger.SCHEDULE
+        trigger = (
+            RunTrigger.MANUAL
+            if queued
+            else RunTrigger.RETRY
+            if retry_due
+            else RunTrigger.SCHEDULE
+        )
         return claim(c, run_id=run_id, owner=owner, now=now, trigger=trigger, next_run_at=nxt)
     if c.sync_started_at is not None and c.sync_started_at >= stale_before:
         return Transition(replace(c, next_run_at=nxt, updated_at=now))

@@ -37,6 +37,8 @@ _PATCHABLE = frozenset(
         "full_crawl_schedule",
         "hash_fields",
         "document",
+        "retry_attempts",
+        "retry_backoff",
     }
 )
 

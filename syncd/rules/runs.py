@@ -4,7 +4,7 @@ and it ends succeeded, failed, interrupted (all fenced by run id) or aborted."""
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from syncd.errors import Conflict, SyncdError
@@ -34,10 +34,13 @@ from syncd.rules.state import (
     fence,
     idle,
     next_full_crawl_at,
+    next_run_at,
     with_status,
 )
 
 LAST_ERROR_MAX = 500
+RETRY_BACKOFF_MAX = 3600.0
+"""Longest wait before an automatic retry of a failed run (seconds)."""
 
 
 # --- starting a run ---------------------------------------------------------------------
@@ -64,7 +67,13 @@ def claim(
     trigger: RunTrigger,
     **changes: Any,
 ) -> Transition:
-    """Start run ``run_id`` (``trigger``) now, owned by ``owner``, with ``changes``."""
+    """Start run ``run_id`` (``trigger``) now, owned by ``owner``, with ``changes``.
+
+    Any run serves a pending retry (``retry_at`` is cleared); a manual one starts a new count
+    of failures, so that a person's trigger gets the whole retry budget again."""
+    failures = 0 if trigger is RunTrigger.MANUAL else c.failures
+    if c.retry_at is not None and "next_run_at" not in changes:
+        changes["next_run_at"] = next_run_at(replace(c, retry_at=None), now)
     claimed = replace(
         c,
         sync_status=SyncStatus.RUNNING,
@@ -76,9 +85,12 @@ def claim(
         waiting=None,
         sync_queued_at=None,
         updated_at=now,
+        failures=failures,
+        retry_at=None,
         **changes,
     )
-    return Transition(claimed, start=RunStart(run_id, c.id, trigger, now, owner))
+    start = RunStart(run_id, c.id, trigger, now, owner, attempt=failures + 1)
+    return Transition(claimed, start=start)
 
 
 def trigger(c: Connector, *, run_id: str, owner: str | None, now: datetime) -> Transition:
@@ -147,6 +159,8 @@ def succeed(
             last_synced_at=now,
             resume_cursor=None,
             source_state=promote_crawl(c),
+            failures=0,
+            retry_at=None,
             **changes,
         ),
         status,
@@ -155,11 +169,31 @@ def succeed(
 
 
 def fail(c: Connector, *, run_id: str, error: str, now: datetime) -> Transition:
-    """The crawl loop raised: → ``error`` with ``last_error`` (500 characters at most)."""
+    """The crawl loop raised: → ``error`` with ``last_error`` (500 characters at most).
+
+    One more failure in a row; while they are at most ``retry_attempts``, a retry is due
+    after ``retry_backoff * 2**(failures - 1)`` seconds (at most :data:`RETRY_BACKOFF_MAX`),
+    which ``next_run_at`` shows. It resumes from the run's checkpoint, as any run does."""
     fence(c, run_id)
     message = error[:LAST_ERROR_MAX]
-    done = replace(idle(c, now), status=ConnectorStatus.ERROR, last_error=message)
+    failures = c.failures + 1
+    retry_at = None
+    if failures <= c.retry_attempts:
+        retry_at = now + timedelta(seconds=retry_delay(c.retry_backoff, failures))
+    done = replace(
+        idle(c, now),
+        status=ConnectorStatus.ERROR,
+        last_error=message,
+        failures=failures,
+        retry_at=retry_at,
+    )
+    done = replace(done, next_run_at=next_run_at(done, now))
     return Transition(done, ends=(RunEnd(run_id, RunOutcome.FAILED, now, message),))
+
+
+def retry_delay(backoff: float, failures: int) -> float:
+    """Seconds before the retry that follows the ``failures``-th failure in a row."""
+    return min(RETRY_BACKOFF_MAX, backoff * 2.0 ** min(failures - 1, 32))
 
 
 def interrupt(c: Connector, *, run_id: str, now: datetime) -> Transition:

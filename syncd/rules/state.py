@@ -42,12 +42,15 @@ def idle(c: Connector, now: datetime, **changes: Any) -> Connector:
 
 def next_run_at(c: Connector, now: datetime) -> datetime | None:
     """When the connector's schedules (``sync_schedule``, ``full_crawl_schedule``) fire next
-    after ``now`` (``None`` without a schedule)."""
+    after ``now``, or its retry of a failed run is due (``retry_at``) if that is sooner
+    (``None`` without either)."""
     fires = [
         next_fire(cron, now, c.sync_timezone)
         for cron in (c.sync_schedule, c.full_crawl_schedule)
         if cron
     ]
+    if c.retry_at is not None:
+        fires.append(c.retry_at)
     return min(fires) if fires else None
 
 

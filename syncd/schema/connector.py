@@ -34,6 +34,7 @@ from syncd.schema.fields import (
     HashFields,
     Name,
     PageRetries,
+    RunRetries,
     Seconds,
     StatusCodes,
     TimeZoneName,
@@ -126,6 +127,18 @@ class _ConnectorFields(BaseModel):
         list(DEFAULT_PAGINATOR.retry_on_status),
         description=f"HTTP statuses (400-599) that retry a page. {_DAEMON_DEFAULT}",
         examples=[[429, 502, 503, 504]],
+    )
+    retry_attempts: RunRetries = Field(
+        3,
+        description="Automatic retries of a failed run (0-20; an abort is never retried): "
+        "each resumes from the run's checkpoint, after `retry_backoff` seconds, doubling "
+        "(at most an hour). The connector reads `error` meanwhile, with `failures` and "
+        "`retry_at`; a successful run makes it `active`. 0: a failed run waits for its "
+        "schedule or a person.",
+    )
+    retry_backoff: Seconds = Field(
+        30.0,
+        description="Seconds before the first automatic retry of a failed run (0-3600).",
     )
     prune: Flag = Field(
         True,

@@ -35,6 +35,8 @@ MSG_NON_EMPTY = "Must be a non-empty string"
 
 NAME_MAX_LENGTH = 200
 PAGE_RETRIES_MAX = 20
+RUN_RETRIES_MAX = 20
+"""Automatic retries of a failed run (``retry_attempts``)."""
 """Retries per page. Each waits twice as long as the one before: more would wait for years."""
 SECONDS_MAX = 3600
 """Upper bound of ``page_retry_backoff`` and ``throttle_seconds`` (one hour)."""
@@ -344,6 +346,11 @@ PageRetries = Annotated[
     int, Field(strict=True, ge=0, le=PAGE_RETRIES_MAX), BeforeValidator(_int_between(0, 20))
 ]
 Seconds = Annotated[float, Field(ge=0, le=SECONDS_MAX), BeforeValidator(_seconds)]
+RunRetries = Annotated[
+    int,
+    Field(strict=True, ge=0, le=RUN_RETRIES_MAX),
+    BeforeValidator(_int_between(0, RUN_RETRIES_MAX)),
+]
 StatusCode = Annotated[
     int,
     Field(strict=True, ge=STATUS_MIN, le=STATUS_MAX),

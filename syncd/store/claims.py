@@ -23,6 +23,8 @@ _CLAIM_FIELDS = (
     "next_run_at",
     "sync_queued_at",
     "updated_at",
+    "failures",
+    "retry_at",
 )
 
 

@@ -179,6 +179,10 @@ CONNECTOR_COLUMNS: tuple[str, ...] = (
     "secret_state",
     "sync_queued_at",
     "document",
+    "retry_attempts",
+    "retry_backoff",
+    "failures",
+    "retry_at",
 )
 """Every column of the connectors table, in the order :func:`connector_to_row` yields them."""
 
@@ -195,6 +199,8 @@ CLAIM_COLUMNS: tuple[str, ...] = (
     "next_run_at",
     "sync_queued_at",
     "updated_at",
+    "failures",
+    "retry_at",
 )
 """What a scheduler claim (``Store.claim_due``) may change: the run, the schedule and the
 queued trigger. The bulk claim writes only these columns."""
@@ -217,6 +223,8 @@ def claim_values(c: Connector, *, dt: Encoder = encode_dt) -> tuple[Any, ...]:
         dt(c.next_run_at),
         dt(c.sync_queued_at),
         dt(c.updated_at),
+        c.failures,
+        dt(c.retry_at),
     )
 
 
@@ -264,6 +272,10 @@ def connector_to_row(
         "secret_state": js(dict(c.secret_state)),
         "sync_queued_at": dt(c.sync_queued_at),
         "document": None if c.document is None else js(dict(c.document)),
+        "retry_attempts": c.retry_attempts,
+        "retry_backoff": c.retry_backoff,
+        "failures": c.failures,
+        "retry_at": dt(c.retry_at),
     }
 
 
@@ -326,6 +338,10 @@ def connector_from_row(
         secret_state=js(row["secret_state"]),
         sync_queued_at=dt(row["sync_queued_at"]),
         document=None if row["document"] is None else js(row["document"]),
+        retry_attempts=int(row["retry_attempts"]),
+        retry_backoff=float(row["retry_backoff"]),
+        failures=int(row["failures"]),
+        retry_at=dt(row["retry_at"]),
     )
 
 
@@ -444,6 +460,7 @@ RUN_COLUMNS: tuple[str, ...] = (
     "note",
     "deleted",
     "deletions_held",
+    "attempt",
 )
 """Every column of the runs table."""
 
@@ -493,6 +510,7 @@ def run_from_row(row: Row, *, dt: Callable[[Any], datetime | None] = decode_dt) 
         note=row["note"],
         deleted=int(row["deleted"]),
         deletions_held=int(row["deletions_held"]),
+        attempt=int(row["attempt"]),
     )
 
 

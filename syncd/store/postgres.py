@@ -205,6 +205,7 @@ class PostgresStore(PostgresRunWrites, PostgresDocuments):
                 start.trigger.value,
                 start.started_at,
                 start.owner,
+                start.attempt,
             )
         for end in transition.ends:
             await tx.execute(sql.END_RUN, end.id, end.outcome.value, end.finished_at, end.error)
@@ -257,6 +258,7 @@ class PostgresStore(PostgresRunWrites, PostgresDocuments):
                     [s.trigger.value for s in plan.starts],
                     [s.started_at for s in plan.starts],
                     [s.owner for s in plan.starts],
+                    [s.attempt for s in plan.starts],
                 )
             if plan.ends:
                 await tx.execute(

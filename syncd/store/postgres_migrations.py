@@ -248,4 +248,16 @@ SELECT connector_id, status, count(*) FROM documents GROUP BY connector_id, stat
         # The document shape a connector maps its records to (NULL: none).
         "ALTER TABLE connectors ADD COLUMN document jsonb;",
     ),
+    (
+        10,
+        # Automatic retries of failed runs: the connector's budget and first wait, the failed
+        # runs in a row and when the next retry is due; each run's attempt number.
+        """
+ALTER TABLE connectors ADD COLUMN retry_attempts integer NOT NULL DEFAULT 3;
+ALTER TABLE connectors ADD COLUMN retry_backoff double precision NOT NULL DEFAULT 30;
+ALTER TABLE connectors ADD COLUMN failures integer NOT NULL DEFAULT 0;
+ALTER TABLE connectors ADD COLUMN retry_at timestamptz;
+ALTER TABLE runs ADD COLUMN attempt integer NOT NULL DEFAULT 1;
+""",
+    ),
 )

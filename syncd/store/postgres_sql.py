@@ -102,6 +102,8 @@ CLAIM_COLUMN_TYPES: Final = {
     "next_run_at": "timestamptz",
     "sync_queued_at": "timestamptz",
     "updated_at": "timestamptz",
+    "failures": "integer",
+    "retry_at": "timestamptz",
 }
 
 # One statement for every claim of a tick; parameters: one array per column (id first, then
@@ -117,10 +119,10 @@ CLAIM_CONNECTORS: Final = (
 )
 
 INSERT_RUNS: Final = """
-INSERT INTO runs (id, connector_id, trigger, outcome, started_at, owner)
-SELECT id, connector_id, trigger, 'running', started_at, owner
-FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[], $5::text[])
-    AS u (id, connector_id, trigger, started_at, owner)"""
+INSERT INTO runs (id, connector_id, trigger, outcome, started_at, owner, attempt)
+SELECT id, connector_id, trigger, 'running', started_at, owner, attempt
+FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[], $5::text[], $6::integer[])
+    AS u (id, connector_id, trigger, started_at, owner, attempt)"""
 
 END_RUNS: Final = """
 UPDATE runs AS r SET outcome = u.outcome, finished_at = u.finished_at, error = u.error
@@ -355,8 +357,8 @@ WHERE id = $1 AND run_id = $2"""
 _RUN_COLUMNS: Final = ", ".join(RUN_COLUMNS)
 
 INSERT_RUN: Final = """
-INSERT INTO runs (id, connector_id, trigger, outcome, started_at, owner)
-VALUES ($1, $2, $3, 'running', $4, $5)"""
+INSERT INTO runs (id, connector_id, trigger, outcome, started_at, owner, attempt)
+VALUES ($1, $2, $3, 'running', $4, $5, $6)"""
 
 END_RUN: Final = """
 UPDATE runs SET outcome = $2, finished_at = $3, error = $4

@@ -246,6 +246,7 @@ class SQLiteStore(SQLiteRunWrites, SQLiteDocuments):
                 start.trigger.value,
                 encode_dt(start.started_at),
                 start.owner,
+                start.attempt,
             )
         if transition.ends:
             await tx.executemany(
@@ -298,7 +299,14 @@ class SQLiteStore(SQLiteRunWrites, SQLiteDocuments):
                 await tx.executemany(
                     sql.INSERT_RUN,
                     [
-                        (s.id, s.connector_id, s.trigger.value, encode_dt(s.started_at), s.owner)
+                        (
+                            s.id,
+                            s.connector_id,
+                            s.trigger.value,
+                            encode_dt(s.started_at),
+                            s.owner,
+                            s.attempt,
+                        )
                         for s in plan.starts
                     ],
                 )

@@ -218,6 +218,18 @@ MIGRATIONS: tuple[Migration, ...] = (
     ),
     # The document shape a connector maps its records to (NULL: none), as JSON.
     Migration(9, ("ALTER TABLE connectors ADD COLUMN document TEXT",)),
+    # Automatic retries of failed runs: the connector's budget and first wait, the failed
+    # runs in a row and when the next retry is due; each run's attempt number.
+    Migration(
+        10,
+        (
+            "ALTER TABLE connectors ADD COLUMN retry_attempts INTEGER NOT NULL DEFAULT 3",
+            "ALTER TABLE connectors ADD COLUMN retry_backoff REAL NOT NULL DEFAULT 30",
+            "ALTER TABLE connectors ADD COLUMN failures INTEGER NOT NULL DEFAULT 0",
+            "ALTER TABLE connectors ADD COLUMN retry_at TEXT",
+            "ALTER TABLE runs ADD COLUMN attempt INTEGER NOT NULL DEFAULT 1",
+        ),
+    ),
 )
 
 

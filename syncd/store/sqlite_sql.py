@@ -101,8 +101,8 @@ def list_connectors(*, by_status: bool, after: bool, counted: bool = False) -> s
 _RUN_SELECT = f"SELECT {', '.join(RUN_COLUMNS)} FROM runs"
 
 INSERT_RUN = (
-    "INSERT INTO runs (id, connector_id, trigger, outcome, started_at, owner) "
-    "VALUES (?, ?, ?, 'running', ?, ?)"
+    "INSERT INTO runs (id, connector_id, trigger, outcome, started_at, owner, attempt) "
+    "VALUES (?, ?, ?, 'running', ?, ?, ?)"
 )
 END_RUN = (
     "UPDATE runs SET outcome = ?, finished_at = ?, error = ? WHERE id = ? AND outcome = 'running'"

@@ -639,7 +639,9 @@
     $("act-delete").disabled = running || deleting;
     $("act-delete").title = running ? "Abort the sync first" : "";
     $("c-error").hidden = !c.last_error;
-    setText($("c-error"), c.last_error ? `Last error: ${c.last_error}` : "");
+    // A failed run's automatic retry: how many failed in a row, and when the next one runs.
+    const retry = c.retry_at ? ` (failed runs in a row: ${c.failures}; next retry ${relative(c.retry_at)})` : "";
+    setText($("c-error"), c.last_error ? `Last error: ${c.last_error}${retry}` : "");
 
     setText($("c-run-title"), running ? "Current run" : "Last run");
     setText($("c-pages"), String(c.progress.pages));
@@ -683,7 +685,7 @@
     const took = r.started_at ? span(end - Date.parse(r.started_at)) : "—";
     return h("tr", { "data-id": r.id, "data-outcome": r.outcome },
       h("td", null, time(r.started_at)),
-      h("td", null, r.trigger),
+      h("td", null, r.attempt > 1 ? `${r.trigger} #${r.attempt}` : r.trigger),
       h("td", { "data-k": "outcome" }, badge(r.outcome)),
       h("td", { class: "num" }, took),
       h("td", { class: "num" }, String(live ? c.progress.pages : r.pages)),

@@ -65,6 +65,10 @@ CONNECTOR_KEYS = {
     "deletions_held",
     "hash_fields",
     "document",
+    "retry_attempts",
+    "retry_backoff",
+    "failures",
+    "retry_at",
 }
 ZERO_DOCS = {"pending": 0, "running": 0, "indexed": 0, "failed": 0, "deleted": 0}
 

@@ -70,7 +70,7 @@ def test_a_fresh_registry_starts_every_known_series_at_zero() -> None:
     runs = only(samples, "syncd_runs_total")
     assert runs == {
         labels(trigger=t, outcome=o): 0.0
-        for t in ("manual", "schedule", "stale_lock")
+        for t in ("manual", "schedule", "stale_lock", "retry")
         for o in ("succeeded", "failed", "aborted", "interrupted")
     }
     assert only(samples, "syncd_pages_fetched_total") == {NO_LABELS: 0.0}
