@@ -377,11 +377,18 @@ Identifier = Annotated[
 TextSearchConfig = Annotated[
     str, BeforeValidator(_text_search_config), _pattern(TEXT_SEARCH_CONFIG_PATTERN)
 ]
+# What _dsn accepts: a URL of either scheme, or any text with a reference in it.
+_DSN_FORMS = "^(?:postgresql://|postgres://|[\\s\\S]*\\$\\{)"
 Dsn = Annotated[
     str,
     BeforeValidator(_dsn),
     WithJsonSchema(
-        {"type": "string", "minLength": 1, "pattern": ref_pattern("\\r\\n"), **_UNMASKED}
+        {
+            "type": "string",
+            "minLength": 1,
+            "allOf": [{"pattern": ref_pattern("\\r\\n")}, {"pattern": _DSN_FORMS}],
+            **_UNMASKED,
+        }
     ),
 ]
 PostgresBatchSize = Annotated[
