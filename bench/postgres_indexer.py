@@ -13,8 +13,9 @@ pre-rendered pages of ~1 KB records ``{"id", "title", "updated_at", "body"}``):
   (it reads payloads, as the ``postgres`` indexer does): syncd's own cost of crawl, store,
   queue, claim and finish;
 - **postgres indexer**: a new connector with ``{"type": "postgres"}`` into a fresh table of a
-  throwaway target database (title and body given as the document's title and text, as a
-  ``document`` mapping would), full text on: the indexer's cost on top of the queued path;
+  throwaway target database, full text on (``--no-full-text``: off): the indexer's cost on
+  top of the queued path. Both syncd phases map ``title`` and ``body`` to the document's
+  title and text (a ``document`` mapping);
 - **hand-written loop**: read-ahead fetch, canonical JSON and SHA-256 per record, one
   ``COPY`` into a temporary table and one ``INSERT … SELECT … ON CONFLICT DO UPDATE`` per page
   into a table of the same shape (generated ``tsvector`` and GIN index included).
@@ -30,7 +31,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import dataclasses
 import hashlib
 import os
 import statistics
@@ -64,11 +64,8 @@ from syncd.daemon import Daemon
 from syncd.daemon.heap import tune_collector
 from syncd.indexers.base import BatchFailures
 from syncd.indexers.pgtable import TableSpec, create_statements
-from syncd.indexers.postgres import PostgresIndexer, postgres_secrets
-from syncd.models import DocStatus, Document, DocumentFields
+from syncd.models import DocStatus, Document
 from syncd.observability.logs import configure_logging
-from syncd.plugins import IndexerKind
-from syncd.schema.indexers import PostgresIndexerConfig
 
 
 class NothingIndexer:
@@ -84,17 +81,8 @@ class NothingIndexer:
         return None
 
 
-class ShapedPostgresIndexer(PostgresIndexer):
-    """The built-in indexer, given each record's ``title`` and ``body`` as the document's
-    title and text (what a ``document`` mapping would do)."""
-
-    async def index_batch(self, documents: Sequence[Document]) -> BatchFailures:
-        shaped = []
-        for d in documents:
-            rec = d.payload if isinstance(d.payload, Mapping) else {}
-            fields = DocumentFields(title=rec.get("title"), text=rec.get("body"))
-            shaped.append(dataclasses.replace(d, fields=fields))
-        return await super().index_batch(shaped)
+#: Both syncd phases map each record's title and body to the document's title and text.
+MAPPING = {"title": "title", "text": "body"}
 
 
 def config(args: argparse.Namespace, tmp: Path, dsn: str | None, prefix: str | None) -> Config:
@@ -135,7 +123,7 @@ async def syncd_phase(
     daemon: Daemon, url: str, total: int, indexer: dict[str, Any], name: str
 ) -> float:
     c = await daemon.create_connector(
-        {"name": name, "source": source_body(url), "indexer": indexer}
+        {"name": name, "source": source_body(url), "document": MAPPING, "indexer": indexer}
     )
     started = time.perf_counter()
     await daemon.trigger_sync(c.id)
@@ -210,13 +198,6 @@ async def fresh_table(target: str, spec: TableSpec) -> None:
 
 
 async def run(args: argparse.Namespace) -> None:
-    kind = IndexerKind(
-        "postgres",
-        ShapedPostgresIndexer,
-        config_model=PostgresIndexerConfig,
-        secrets=postgres_secrets,
-        supports_delete=True,
-    )
     results: dict[str, list[float]] = {"queued": [], "postgres": [], "hand": []}
     async with contextlib.AsyncExitStack() as stack:
         target = await stack.enter_async_context(throwaway_database(args.postgres_dsn))
@@ -231,7 +212,6 @@ async def run(args: argparse.Namespace) -> None:
         batch = min(args.batch_size, args.worker_batch_size)
         daemon = Daemon(config(args, tmp, store_dsn, prefix), serve_api=False)
         daemon.register_indexer("nothing", NothingIndexer)
-        daemon.register_indexer("postgres", kind)
         await daemon.start()
         stack.push_async_callback(daemon.stop)
         for r in range(args.rounds):

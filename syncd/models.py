@@ -141,6 +141,9 @@ class Connector:
     retry_on_status: tuple[int, ...] = DEFAULT_PAGINATOR.retry_on_status
     # Dotted paths the content hash covers (None: the whole record), see syncd.pipeline.inputs.
     hash_fields: tuple[str, ...] | None = None
+    # The document shape (DESIGN.md §7) as its user wrote it (None: none), see
+    # syncd.rules.shape.
+    document: Mapping[str, Any] | None = None
     status: ConnectorStatus = ConnectorStatus.ACTIVE
     sync_status: SyncStatus = SyncStatus.IDLE
     last_error: str | None = None

@@ -21,6 +21,7 @@ refused. Errors name their path (``source.count``) with pydantic's message; see
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from importlib.metadata import entry_points
@@ -47,6 +48,10 @@ log = structlog.get_logger("syncd.plugins")
 
 SecretsOf = Callable[[Mapping[str, Any]], Iterable[str]]
 """The secret values of a kind's config (literal or resolved), for the log redaction."""
+
+IndexerCheck = Callable[[Mapping[str, Any], IndexerContext], Awaitable[list[str]]]
+"""``check(config, context)``: reach an indexer's target without writing to it; the problems
+found (``[]``: none). What ``syncd validate --connect`` runs."""
 
 DEFAULT_SOURCE_KIND = "http"
 DEFAULT_INDEXER_KIND = "store"
@@ -91,6 +96,11 @@ class IndexerKind:
     gone at the source (DESIGN.md §11); without it they are marked ``deleted`` without a call.
     A kind that is ``indexed_on_commit`` or does not support delete deletes at once, in the
     transaction that decides it (no queue: :func:`syncd.rules.deletes_at_once`).
+    ``check``: :data:`IndexerCheck`, run by ``syncd validate --connect`` on a config that
+    passed validation, with the transport the daemon would use; it reports what keeps the
+    target from taking the documents (unreachable, refused credentials, wrong shape) as one
+    sentence each, secrets left out, and creates or changes nothing. ``None``: the kind has
+    nothing to reach, or no way to look.
     """
 
     name: str
@@ -100,6 +110,7 @@ class IndexerKind:
     indexed_on_commit: bool = False
     needs_payload: bool = True
     supports_delete: bool = False
+    check: IndexerCheck | None = None
 
 
 def as_source_kind(name: str, plugin: SourceKind | SourceFactory) -> SourceKind:
@@ -111,7 +122,8 @@ def as_source_kind(name: str, plugin: SourceKind | SourceFactory) -> SourceKind:
 
 def as_indexer_kind(name: str, plugin: IndexerKind | IndexerFactory) -> IndexerKind:
     """``plugin`` as a kind named ``name`` (a plain factory is wrapped, its capabilities read
-    from the attributes its class declares)."""
+    from the attributes its class declares; an ``async def check(config, context)`` on it,
+    a class or static method, is its :data:`IndexerCheck`)."""
     if isinstance(plugin, IndexerKind):
         return plugin if plugin.name == name else _renamed(plugin, name)
     return IndexerKind(
@@ -120,7 +132,18 @@ def as_indexer_kind(name: str, plugin: IndexerKind | IndexerFactory) -> IndexerK
         indexed_on_commit=bool(getattr(plugin, "indexed_on_commit", False)),
         needs_payload=bool(getattr(plugin, "needs_payload", True)),
         supports_delete=callable(getattr(plugin, "delete", None)),
+        check=_declared_check(plugin),
     )
+
+
+def _declared_check(factory: IndexerFactory) -> IndexerCheck | None:
+    """The ``async def check`` a factory class declares as a class or static method (an
+    instance method cannot run without an instance)."""
+    declared = inspect.getattr_static(factory, "check", None)
+    if not isinstance(declared, (classmethod, staticmethod)):
+        return None
+    check: IndexerCheck | None = getattr(factory, "check", None)
+    return check if inspect.iscoroutinefunction(check) else None
 
 
 def _renamed(kind: Any, name: str) -> Any:
@@ -161,6 +184,7 @@ def builtin_indexer_kinds() -> list[IndexerKind]:
             config_model=OpenSearchIndexerConfig,
             secrets=opensearch_secrets,
             supports_delete=True,
+            check=OpenSearchIndexer.check,
         ),
         IndexerKind(
             "postgres",
@@ -168,6 +192,7 @@ def builtin_indexer_kinds() -> list[IndexerKind]:
             config_model=PostgresIndexerConfig,
             secrets=postgres_secrets,
             supports_delete=True,
+            check=PostgresIndexer.check,
         ),
     ]
 

@@ -169,6 +169,11 @@ SCHEMAS: dict[str, Any] = {
             "throttle_seconds": {"type": "number"},
             "retry_on_status": {"type": "array", "items": {"type": "integer"}},
             "hash_fields": {"type": ["array", "null"], "items": {"type": "string"}},
+            "document": {
+                "type": ["object", "null"],
+                "description": "The document mapping, as written (see the connector file "
+                "reference).",
+            },
             "prune": {"type": "boolean"},
             "prune_max_fraction": {"type": "number", "minimum": 0, "maximum": 1},
             "full_crawl_schedule": _STR_OR_NULL,
@@ -337,6 +342,12 @@ SCHEMAS: dict[str, Any] = {
                             "items": {"type": "string"},
                             "description": "Configured paths the first page's response lacks.",
                         },
+                        "documents": {
+                            "type": "array",
+                            "items": {"$ref": "#/components/schemas/DocumentShape"},
+                            "description": "With a `document` mapping: each document's "
+                            "shape, in `ids` order.",
+                        },
                         "new": {"type": "array", "items": {"type": "string"}},
                         "changed": {"type": "array", "items": {"type": "string"}},
                         "unchanged": {"type": "array", "items": {"type": "string"}},
@@ -350,6 +361,15 @@ SCHEMAS: dict[str, Any] = {
             },
         },
     },
+    "DocumentShape": _object(
+        {
+            "title": _STR_OR_NULL,
+            "text": _STR_OR_NULL,
+            "url": _STR_OR_NULL,
+            "updated_at": _STR_OR_NULL,
+            "metadata": {"type": "object"},
+        }
+    ),
     "Health": _object({"status": {"const": "ok"}}),
     "Readiness": {
         "type": "object",

@@ -30,6 +30,7 @@ from syncd.api.params import (
 from syncd.errors import ValidationError
 from syncd.models import Connector, ConnectorStatus, DocStatus, SyncStatus
 from syncd.observability.metrics import Metrics
+from syncd.rules.shape import fields_object
 from syncd.runtime.tasks import cancel_and_wait
 from syncd.schema.spec import text_problem
 from syncd.service.events import MAX_FILTER_IDS, EventHub
@@ -224,7 +225,8 @@ async def preview_connector(request: web.Request) -> web.Response:
             await cancel_and_wait(work)
     if work.cancelled():
         return web.json_response({"detail": "Client closed request"}, status=CLIENT_CLOSED_REQUEST)
-    return web.json_response(_preview_json(work.result()))
+    # orjson: a document shape embeds its metadata as JSON text (integers of any size).
+    return _json_text(orjson.dumps(_preview_json(work.result())).decode())
 
 
 async def _client_gone(request: web.Request) -> None:
@@ -248,6 +250,8 @@ def _preview_json(found: Preview) -> dict[str, Any]:
             "reason": page.reason,
             "warnings": list(page.warnings),
         }
+        if page.documents is not None:
+            item["documents"] = [fields_object(f) for f in page.documents]
         if page.new is not None:
             item.update(
                 new=list(page.new),

@@ -101,6 +101,7 @@ def _tail(c: Connector, counts: Mapping[DocStatus, int]) -> dict[str, Any]:
         "full_crawl_schedule": c.full_crawl_schedule,
         "deletions_held": c.deletions_held,
         "hash_fields": None if c.hash_fields is None else list(c.hash_fields),
+        "document": None if c.document is None else dict(c.document),
         "progress": {"pages": c.progress.pages, "documents": c.progress.documents},
         "waiting": (
             None

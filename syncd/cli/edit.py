@@ -43,6 +43,7 @@ EDITABLE = (
     "throttle_seconds",
     "retry_on_status",
     "hash_fields",
+    "document",
     "prune",
     "prune_max_fraction",
 )

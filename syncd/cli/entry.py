@@ -219,7 +219,11 @@ def print_schema(io: Streams) -> int:
 
 def validate(args: argparse.Namespace, io: Streams, environ: Mapping[str, str]) -> int:
     """``syncd validate FILE``: the API's checks of a create body, offline. Prints ``valid``
-    (exit 0) or one ``path: message`` line per error (exit 2)."""
+    (exit 0) or one ``path: message`` line per error (exit 2).
+
+    With ``--connect``, a valid file's indexer target is then reached through its kind's
+    check (:mod:`syncd.cli.connect`): each problem is an ``indexer: …`` line (exit 2, no
+    ``valid``); without any, ``valid`` and a line saying what was reached (exit 0)."""
     # Imported here: only this command needs the kinds (and the http source they pull in).
     from syncd.errors import ValidationError
     from syncd.plugins import Registry
@@ -228,7 +232,8 @@ def validate(args: argparse.Namespace, io: Streams, environ: Mapping[str, str]) 
     args.config = config_path(args, environ)
     try:
         # The daemon's paginator defaults, which a create without those keys gets.
-        defaults = Config.load(args.config, environ=environ).sync.paginator
+        config = Config.load(args.config, environ=environ)
+        defaults = config.sync.paginator
         body = load_connector_file(args.file, io.stdin)
     except ConfigError as exc:
         io.stderr.write(f"error: {_config_message(exc, args.config, environ)}\n")
@@ -239,9 +244,23 @@ def validate(args: argparse.Namespace, io: Streams, environ: Mapping[str, str]) 
     kinds = Registry.builtin()
     kinds.load_entry_points()
     try:
-        parse_create(body, defaults=defaults, kinds=kinds)
+        fields = parse_create(body, defaults=defaults, kinds=kinds)
     except ValidationError as exc:
         io.stdout.write("".join(f"{path}: {msg}\n" for path, msg in exc.errors.items()))
         return EXIT_USAGE
-    io.stdout.write("valid\n")
+    notes: list[str] = []
+    if args.connect:
+        from syncd.cli.connect import reach_indexer
+
+        try:
+            problems, notes = asyncio.run(
+                reach_indexer(config, kinds, fields["indexer"], stderr=io.stderr)
+            )
+        except KeyboardInterrupt:
+            io.stderr.write("interrupted\n")
+            return EXIT_INTERRUPTED
+        if problems:
+            io.stdout.write("".join(f"{line}\n" for line in problems))
+            return EXIT_USAGE
+    io.stdout.write("".join(f"{line}\n" for line in ["valid", *notes]))
     return EXIT_OK

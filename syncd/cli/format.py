@@ -38,6 +38,8 @@ def describe_preview(answer: Mapping[str, Any]) -> str:
         elif ids:
             lines.append(f"  ids {ids_line(ids)}")
         lines.extend(f"  rejected record {r.get('index')}: {r.get('reason')}" for r in rejected)
+        for doc_id, shape in zip(ids, page.get("documents") or (), strict=False):
+            lines.append(f"  document {doc_id}: {json.dumps(shape, ensure_ascii=False)}")
     if not answer.get("pages"):
         lines.append("no page fetched")
     return "".join(line + "\n" for line in lines)

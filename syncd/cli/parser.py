@@ -94,6 +94,12 @@ def build_parser() -> argparse.ArgumentParser:
         config_opt,
     )
     p.add_argument("file", metavar="FILE", help=_FILE_HELP)
+    p.add_argument(
+        "--connect",
+        action="store_true",
+        help="also reach the indexer's target as the daemon would (its check, writing "
+        "nothing): exit 2 and one line per problem found",
+    )
     command(
         "schema",
         "print the JSON Schema of a connector file (for editors: completion and checking)",

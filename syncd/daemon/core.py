@@ -31,10 +31,11 @@ from syncd.api import build_app, start_api, views
 from syncd.config.loader import Config
 from syncd.daemon.embedding import EmbeddingApi
 from syncd.daemon.instances import Instances
-from syncd.errors import SyncdError
+from syncd.daemon.readiness import Readiness
+from syncd.daemon.transport import daemon_transport
 from syncd.http.budget import HostBudgets
 from syncd.http.budget_redis import open_budgets
-from syncd.http.transport import Timeouts, Transport, resolve_timeouts
+from syncd.http.transport import Transport
 from syncd.indexers.base import IndexerContext, IndexerFactory
 from syncd.indexers.pgpool import PostgresPools
 from syncd.indexing.maintenance import Maintenance
@@ -164,14 +165,10 @@ class Daemon(EmbeddingApi):
             # Per-host budgets live beside the queue: in process, or shared through Redis.
             self.budgets = open_budgets(cfg.queue.url, cfg.http.hosts, prefix=cfg.queue.prefix)
             await self.budgets.open()
-            self.transport = Transport(
-                timeouts=resolve_timeouts(
-                    None, config=Timeouts(cfg.http.timeout_read, cfg.http.timeout_connect)
-                ),
-                on_retry=lambda exc, attempt: self.metrics.transport_retries.inc(),
-                block_private_addresses=cfg.http.block_private_addresses,
+            self.transport = daemon_transport(
+                cfg,
                 budgets=self.budgets,
-                max_rate_limit_wait=cfg.http.max_rate_limit_wait_seconds,
+                on_retry=lambda exc, attempt: self.metrics.transport_retries.inc(),
             )
             await self.transport.open()
         except BaseException:
@@ -196,6 +193,7 @@ class Daemon(EmbeddingApi):
             spawn("metrics-refresh", lambda: refresh_forever(self.metrics, self.store, self.queue))
             spawn("loop-lag", lambda: watch_loop_lag(self.metrics))
             spawn("instance-heartbeat", self.instances.beat_forever)
+            await self.readiness_probes.prime()
             if self._serve_api:
                 self.api_runner = await start_api(
                     build_app(self.service, self, cfg.api, access=cfg.log.access, pacer=self.pacer),
@@ -321,6 +319,8 @@ class Daemon(EmbeddingApi):
             heartbeat_seconds=self.instance_heartbeat_seconds,
         )
         self._supervisor = Supervisor(on_fatal=self._on_fatal)
+        # Answered from the last probes, never by awaiting a server (syncd/daemon/readiness.py).
+        self.readiness_probes = Readiness({"store": self.store.ping, "queue": self.queue.ping})
 
     def _on_fatal(self, name: str, exc: BaseException) -> None:
         # The supervisor logged the failure with its traceback; the runner exits non-zero.
@@ -346,6 +346,7 @@ class Daemon(EmbeddingApi):
         await self.workers.stop(grace)
         await self._supervisor.stop()
         await self.maintenance.stop()
+        await self.readiness_probes.close()
         # After the workers: no call is in flight. Indexers release their connections.
         await self.indexers.aclose()
         await self.pools.aclose()
@@ -375,14 +376,9 @@ class Daemon(EmbeddingApi):
 
     async def readiness(self) -> dict[str, str]:
         """``{"store": "ok"|error, "queue": "ok"|error}``, plus ``"tasks"`` naming side
-        tasks that died and are being restarted."""
-        result: dict[str, str] = {}
-        for name, ping in (("store", self.store.ping), ("queue", self.queue.ping)):
-            try:
-                await asyncio.wait_for(ping(), 5.0)
-                result[name] = "ok"
-            except (SyncdError, TimeoutError, OSError) as exc:
-                result[name] = str(exc) or type(exc).__name__
+        tasks that died and are being restarted; within 0.1 s whatever the servers do
+        (:class:`~syncd.daemon.readiness.Readiness`)."""
+        result = await self.readiness_probes.current()
         problems = self._supervisor.problems()
         if problems:
             result["tasks"] = "; ".join(f"{k}: {v}" for k, v in sorted(problems.items()))

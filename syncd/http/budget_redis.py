@@ -330,8 +330,12 @@ class RedisHostBudgets:
             self._renewer = asyncio.create_task(self._renew_loop(), name="syncd-budget-renew")
 
     async def _renew_loop(self) -> None:
-        """Keep the slots of requests in flight from expiring while their holder lives."""
-        while True:
+        """Keep the slots of requests in flight from expiring while their holder lives.
+
+        Ends once ``close`` has let go of it, not only when cancelled: on Python 3.11 redis-py
+        sends through ``asyncio.wait_for``, which drops a cancellation that arrives as the
+        send completes (CPython gh-86296), and ``close`` would then wait for it forever."""
+        while self._renewer is asyncio.current_task():
             await asyncio.sleep(self._renew_every)
             for key, waiters in list(self._waiters.items()):
                 if not waiters.held or not self._usable():

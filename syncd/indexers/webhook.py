@@ -5,7 +5,9 @@ Its config (``url``, ``headers``, ``batch_size``) is :class:`syncd.schema.Webhoo
 Bodies (JSON, ``Content-Type: application/json`` unless the headers name another):
 
 - ``batch_size`` 1 (the default): one document per POST, ``{"op": "upsert",
-  "connector_id", "external_id", "content_hash", "payload"}`` or ``{"op": "delete",
+  "connector_id", "external_id", "content_hash", "payload"}`` (and ``"document"``, the
+  document's shape ``{"title", "text", "url", "updated_at", "metadata"}``, when the connector
+  maps one: DESIGN.md §7) or ``{"op": "delete",
   "connector_id", "external_id"}``; any 2xx means done, whatever the body.
 - ``batch_size`` N > 1: up to N documents per POST, ``{"op": "upsert", "connector_id",
   "documents": [{"connector_id", "external_id", "content_hash", "payload"}, ...]}`` (deletions:
@@ -34,6 +36,7 @@ from syncd.indexers.base import BatchFailures, IndexerContext
 from syncd.jsontext import canonical_json
 from syncd.models import Document
 from syncd.observability.logs import register_secret
+from syncd.rules.shape import fields_object
 from syncd.sources.secrets import register_connector_secrets, resolve_refs
 
 #: Longest error taken from a webhook's per-document result.
@@ -128,12 +131,15 @@ def _payload(document: Document) -> orjson.Fragment:
 
 
 def _upsert(document: Document) -> dict[str, Any]:
-    return {
+    item: dict[str, Any] = {
         "connector_id": document.connector_id,
         "external_id": document.external_id,
         "content_hash": document.content_hash,
         "payload": _payload(document),
     }
+    if document.fields is not None:
+        item["document"] = fields_object(document.fields)
+    return item
 
 
 def _delete(document: Document) -> dict[str, Any]:

@@ -129,12 +129,13 @@ async def run_indexer(
     deletes: bool,
     timeout: float,
     metrics: Metrics,
+    kind: str = "plugin",
 ) -> None:
     """Index (or delete) ``documents`` through ``indexer``, adding each result to ``tally``.
     ``deletes``: the kind deletes (the indexer has ``delete``); otherwise a document to delete
     is only marked ``deleted``. Run it in a task of its own: cancelling it cancels the call in
-    flight."""
-    run = _BatchCalls(tally, Deadline(timeout), metrics)
+    flight. ``kind`` labels the latency metric."""
+    run = _BatchCalls(tally, Deadline(timeout), metrics, kind)
     upserts = [d for d in documents if d.op is not DocOp.DELETE]
     removals = (
         [d for d in documents if d.op is DocOp.DELETE] if len(upserts) < len(documents) else []
@@ -169,13 +170,13 @@ async def run_indexer(
 class _BatchCalls:
     """The calls of one batch and their bookkeeping."""
 
-    def __init__(self, tally: Tally, deadline: Deadline, metrics: Metrics) -> None:
+    def __init__(self, tally: Tally, deadline: Deadline, metrics: Metrics, kind: str) -> None:
         self.tally = tally
         self.deadline = deadline
         self._deleted = metrics.documents_deleted
         latency = metrics.index_latency
-        self._observe_ok = latency.labels(outcome="indexed").observe
-        self._observe_failed = latency.labels(outcome="failed").observe
+        self._observe_ok = latency.labels(kind=kind, outcome="indexed").observe
+        self._observe_failed = latency.labels(kind=kind, outcome="failed").observe
 
     async def one_by_one(self, call: _One, documents: list[Document], done: DocStatus) -> None:
         """One call per document, each bounded by the deadline."""

@@ -38,6 +38,7 @@ from syncd.models import Connector, ConnectorStatus, DocStatus, new_id, utcnow
 from syncd.observability.metrics import Metrics
 from syncd.plugins import IndexerKind
 from syncd.queue.base import Batch, WorkQueue
+from syncd.rules.shape import is_costly, shaped
 from syncd.runtime.pacing import Pacer
 from syncd.runtime.tasks import cancel_and_wait
 from syncd.service.changes import Notify
@@ -210,7 +211,8 @@ class Workers:
             with_payload = False
             try:
                 indexer, kind = self._indexer_for(connector)
-                with_payload = kind.needs_payload
+                # The shape is read from the payload: a mapping loads it for any indexer.
+                with_payload = kind.needs_payload or connector.document is not None
                 deletes = kind.supports_delete
             except Exception as exc:
                 # Unknown type (a plugin gone) or a factory that raised: the documents are
@@ -243,6 +245,11 @@ class Workers:
         if not docs:
             await self._queue.ack(batch)
             return
+        if connector.document is not None:
+            if is_costly(connector.document):  # HTML to text: off the loop the API shares
+                docs = await asyncio.to_thread(shaped, connector.document, docs)
+            else:
+                docs = shaped(connector.document, docs)
         job = _Job(cid, token, len(docs))
         # Registered before any further await, so that an abort can always find it.
         job.task = asyncio.create_task(
@@ -253,6 +260,7 @@ class Workers:
                 deletes=deletes,
                 timeout=self._index_timeout,
                 metrics=self._metrics,
+                kind=kind.name,
             ),
             name=f"index:{cid}",
         )

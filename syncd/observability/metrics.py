@@ -191,8 +191,9 @@ class Metrics:
         )
         self.index_latency = Histogram(
             "syncd_index_seconds",
-            "Time to index one document, by outcome.",
-            ["outcome"],
+            "Time to index one document, by indexer kind and outcome (the count is the "
+            "documents indexed or failed).",
+            ["kind", "outcome"],
             buckets=INDEX_LATENCY_BUCKETS,
             registry=registry,
         )

@@ -59,7 +59,7 @@ import redis.asyncio as aioredis
 import structlog
 from redis.asyncio.client import PubSub
 from redis.asyncio.retry import Retry
-from redis.backoff import ExponentialWithJitterBackoff
+from redis.backoff import ExponentialWithJitterBackoff, NoBackoff
 from redis.exceptions import RedisError
 
 from syncd.errors import ConfigError, QueueError
@@ -79,6 +79,8 @@ _READER_POLL_SECONDS = 1.0
 # Retries of one command on a dropped connection (rides through a short restart): about 1 s
 # in total on average, at most ~2.4 s before the error reaches the caller.
 _RETRY = Retry(ExponentialWithJitterBackoff(cap=1.0, base=0.1), retries=4)
+# A readiness probe asks once: retries would hide an outage behind a second of backoff.
+_PROBE_RETRY = Retry(NoBackoff(), retries=0)
 _DRIVER_ERRORS = (RedisError, OSError)
 
 _PUSH = """
@@ -263,6 +265,10 @@ class RedisQueue:
         self._heartbeat: asyncio.Task[None] | None = None
         self._signal = Signal()
         self._broadcast = Broadcast()
+        # The readiness probe's client (see ``ping``), made on first use.
+        self._probe: aioredis.Redis | None = None
+        # Set by ``close``: the background tasks end on it, not only on their cancellation.
+        self._closing = asyncio.Event()
         # Receipts of batches handed out by ``pop`` (or being popped) and not acknowledged.
         self._held: set[str] = set()
         self._lost = asyncio.Condition()
@@ -326,16 +332,25 @@ class RedisQueue:
             return
         was_open = self._state is QueueState.OPEN
         self._state = QueueState.CLOSED
+        self._closing.set()
         self._signal.fire()
         self._broadcast.close()
         if not was_open:
             return
+        # Cancelling interrupts a read in flight, but cannot be relied on alone: on Python
+        # 3.11 redis-py sends each command through asyncio.wait_for, which drops a
+        # cancellation arriving in the step where the send completes (CPython gh-86296).
+        # Both loops also end on ``_closing``, so a lost cancellation costs one more command,
+        # not a close that waits forever.
         await _stop(self._reader)
         await _stop(self._heartbeat)
         client, scripts, pubsub = self._client, self._scripts, self._pubsub
         self._client = self._scripts = self._pubsub = None
         assert client is not None and scripts is not None and pubsub is not None
         self._held.clear()
+        if self._probe is not None:
+            probe, self._probe = self._probe, None
+            await probe.aclose()
         try:
             await self._run_reclaim(scripts, own_min_age_ms=0)
             await client.delete(self._alive)
@@ -346,10 +361,19 @@ class RedisQueue:
             await self._release(client, pubsub)
 
     async def ping(self) -> None:
-        """Raise :class:`QueueError` unless Redis answers."""
-        client, _ = self._connection()
+        """Raise :class:`QueueError` unless Redis answers, asked once (no retry), on a
+        connection of its own so that it never waits behind the queue's commands."""
+        self._connection()
+        if self._probe is None:
+            self._probe = aioredis.Redis.from_url(
+                self._url,
+                retry=_PROBE_RETRY,
+                socket_connect_timeout=5.0,
+                socket_timeout=5.0,
+                max_connections=2,
+            )
         try:
-            await client.ping()
+            await self._probe.ping()
         except _DRIVER_ERRORS as exc:
             raise self._error("ping", exc) from exc
 
@@ -487,8 +511,7 @@ class RedisQueue:
         return count
 
     async def _heartbeat_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self._heartbeat_seconds)
+        while not await wait_event(self._closing, self._heartbeat_seconds):
             client, scripts = self._connection()
             try:
                 await client.set(self._alive, "1", px=self._ttl_ms)
@@ -505,7 +528,7 @@ class RedisQueue:
 
     async def _read_loop(self, pubsub: PubSub) -> None:
         failing = False
-        while True:
+        while not self._closing.is_set():
             try:
                 message = await pubsub.get_message(
                     ignore_subscribe_messages=True, timeout=_READER_POLL_SECONDS
@@ -514,7 +537,7 @@ class RedisQueue:
                 if not failing:
                     log.warning("queue.subscription_lost", error=str(self._error("read", exc)))
                 failing = True
-                await asyncio.sleep(_READER_RETRY_SECONDS)
+                await wait_event(self._closing, _READER_RETRY_SECONDS)
                 continue
             if failing:
                 # Wake-ups sent while we were away are lost: let every waiter look again.

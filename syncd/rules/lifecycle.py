@@ -36,6 +36,7 @@ _PATCHABLE = frozenset(
         "prune_max_fraction",
         "full_crawl_schedule",
         "hash_fields",
+        "document",
     }
 )
 

@@ -27,6 +27,7 @@ from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue, models_jso
 from pydantic_core import core_schema
 
 from syncd.models import DEFAULT_PAGINATOR
+from syncd.schema.document import DocumentMapping
 from syncd.schema.fields import (
     NO_NUL,
     CronExpression,
@@ -151,6 +152,14 @@ class _ConnectorFields(BaseModel):
         "whole record, as of its last re-index. Null: the whole record. Changing it "
         "re-indexes, once, the documents whose hash it changes.",
         examples=[["title", "body", "author.name"]],
+    )
+    document: DocumentMapping | None = Field(
+        None,
+        description="The document shape: which record fields are the `title`, `text`, `url`, "
+        "`updated_at` and `metadata` every indexer receives beside the payload. Null: "
+        "none (indexers get the payload alone). It does not change the content hash: "
+        "changing it re-shapes documents as they are next indexed.",
+        examples=[{"title": "title", "text": "body", "url": "html_url"}],
     )
 
 

@@ -73,10 +73,13 @@ def render_reference(kinds: Kinds) -> str:
 
 
 def _sections(schema: Schema, defs: dict[str, Schema]) -> Iterator[_Section]:
-    """The connector, then each source kind and what it reaches, then each indexer kind."""
+    """The connector and the models its own keys reach, then each source kind and what it
+    reaches, then each indexer kind."""
     seen: set[str] = set()
     yield _Section("Connector file", "", schema)
     props = schema.get("properties", {})
+    own = {k: v for k, v in props.items() if k not in ("source", "indexer")}
+    yield from _nested({"properties": own}, defs, seen)  # `document`
     for key, what in (("source", "Source"), ("indexer", "Indexer")):
         for name in _refs(props.get(key, {})):
             if name in seen:

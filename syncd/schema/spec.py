@@ -111,6 +111,9 @@ def _validate(body: Mapping[str, Any], model: type[BaseModel]) -> dict[str, Any]
             fields["source"].setdefault("type", DEFAULT_SOURCE_TYPE)
         if "indexer" in fields:
             fields["indexer"] = dict(body["indexer"])
+        if "document" in fields:
+            # Kept as sent, as the source and indexer are: shown back to its users.
+            fields["document"] = None if body["document"] is None else dict(body["document"])
         if "retry_on_status" in fields:
             fields["retry_on_status"] = tuple(dict.fromkeys(fields["retry_on_status"]))
         if fields.get("hash_fields") is not None:

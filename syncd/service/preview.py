@@ -20,11 +20,20 @@ import structlog
 
 from syncd.errors import Aborted, NotFound, ValidationError
 from syncd.http.paginator import AsyncCursorPaginator, CancelToken
-from syncd.models import Connector, DocumentInput, PaginatorSettings, Rejection, new_id, utcnow
+from syncd.models import (
+    Connector,
+    DocumentFields,
+    DocumentInput,
+    PaginatorSettings,
+    Rejection,
+    new_id,
+    utcnow,
+)
 from syncd.observability.logs import describe_error
 from syncd.pipeline.builder import SourceBuilder
 from syncd.pipeline.inputs import document_inputs
 from syncd.plugins import Registry
+from syncd.rules.shape import is_costly, shaper
 from syncd.schema import spec
 from syncd.store.base import Store
 
@@ -40,7 +49,8 @@ class PreviewPage:
     """One fetched page: its record count, the external ids of its records, the records
     rejected (index in the page and reason), the cursor of the page after it, why the crawl
     continues or ends there and, on the first page, the configured paths its response lacks
-    (for a source that says: the ``http`` source's ``last_page``). For an
+    (for a source that says: the ``http`` source's ``last_page``), and the shape of each
+    document, in ``ids`` order, when the connector maps one (``None`` without). For an
     existing connector its ids are also split by how they compare with the stored documents
     (``None`` for a connector body, which has none)."""
 
@@ -53,6 +63,7 @@ class PreviewPage:
     new: tuple[str, ...] | None = None
     changed: tuple[str, ...] | None = None
     unchanged: tuple[str, ...] | None = None
+    documents: tuple[DocumentFields, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -127,6 +138,7 @@ class Previewer:
                     page.next_cursor,
                     reason=getattr(report, "reason", None),
                     warnings=tuple(getattr(report, "warnings", ())),
+                    documents=await _shapes(connector.document, docs),
                 )
                 if existing:
                     found = await self._compare(connector.id, docs, found)
@@ -180,6 +192,17 @@ class Previewer:
             else:
                 changed.append(doc.external_id)
         return replace(page, new=tuple(new), changed=tuple(changed), unchanged=tuple(unchanged))
+
+
+async def _shapes(
+    mapping: Mapping[str, Any] | None, docs: list[DocumentInput]
+) -> tuple[DocumentFields, ...] | None:
+    if mapping is None:
+        return None
+    shape = shaper(mapping)
+    if is_costly(mapping):  # HTML to text: off the loop the API shares
+        return tuple(await asyncio.to_thread(lambda: [shape(d.payload) for d in docs]))
+    return tuple(shape(d.payload) for d in docs)
 
 
 def _preview_options(body: Mapping[str, Any]) -> tuple[int, float]:

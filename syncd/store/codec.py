@@ -178,6 +178,7 @@ CONNECTOR_COLUMNS: tuple[str, ...] = (
     "hash_fields",
     "secret_state",
     "sync_queued_at",
+    "document",
 )
 """Every column of the connectors table, in the order :func:`connector_to_row` yields them."""
 
@@ -262,6 +263,7 @@ def connector_to_row(
         "hash_fields": None if c.hash_fields is None else js(list(c.hash_fields)),
         "secret_state": js(dict(c.secret_state)),
         "sync_queued_at": dt(c.sync_queued_at),
+        "document": None if c.document is None else js(dict(c.document)),
     }
 
 
@@ -323,6 +325,7 @@ def connector_from_row(
         hash_fields=_hash_fields(row["hash_fields"], js),
         secret_state=js(row["secret_state"]),
         sync_queued_at=dt(row["sync_queued_at"]),
+        document=None if row["document"] is None else js(row["document"]),
     )
 
 

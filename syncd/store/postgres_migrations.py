@@ -243,4 +243,9 @@ INSERT INTO document_count_deltas (connector_id, status, delta)
 SELECT connector_id, status, count(*) FROM documents GROUP BY connector_id, status;
 """,
     ),
+    (
+        9,
+        # The document shape a connector maps its records to (NULL: none).
+        "ALTER TABLE connectors ADD COLUMN document jsonb;",
+    ),
 )

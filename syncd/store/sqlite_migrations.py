@@ -216,6 +216,8 @@ MIGRATIONS: tuple[Migration, ...] = (
             """,
         ),
     ),
+    # The document shape a connector maps its records to (NULL: none), as JSON.
+    Migration(9, ("ALTER TABLE connectors ADD COLUMN document TEXT",)),
 )
 
 

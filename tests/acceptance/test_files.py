@@ -5,13 +5,17 @@ daemon and a real local source."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import signal
 import sys
+from typing import Any
 
 from aiohttp import web
 
+from syncd.indexers.opensearch_bulk import INDEX_MAPPINGS
 from tests.acceptance.conftest import CLI_TIMEOUT, Harness, Result, base_environ, http_source
+from tests.integration.searchserver import SearchServer
 from tests.integration.sourceserver import SourceServer, make_records
 
 VALID_YAML = """\
@@ -131,6 +135,124 @@ async def test_validate_refuses_unreadable_files(harness: Harness) -> None:
     missing = await harness.cli("validate", str(harness.root / "absent.yaml"))
     assert missing.code == 2
     assert "No such file or directory" in missing.stderr
+
+
+# --- validate --connect -----------------------------------------------------------------
+
+
+def search_connector(url: str, **indexer: Any) -> dict[str, Any]:
+    """A connector file whose indexer is the ``opensearch`` index ``docs`` at ``url``."""
+    return {
+        "name": "t",
+        "source": {"url": "http://127.0.0.1:9/items"},
+        "indexer": {"type": "opensearch", "url": url, "index": "docs", **indexer},
+    }
+
+
+async def test_validate_connect_reaches_an_index_of_the_right_shape(harness: Harness) -> None:
+    harness.write_config()
+    async with SearchServer(flavor="elasticsearch", users={"syncd": "pw-from-env"}) as server:
+        server.create_index("docs", INDEX_MAPPINGS)
+        auth = {"type": "basic", "username": "syncd", "password": "${env:SEARCH_PASSWORD}"}
+        path = harness.root / "search.json"
+        path.write_text(json.dumps(search_connector(server.url, auth=auth)))
+
+        result = await harness.cli(
+            "validate", "--connect", str(path), env={"SEARCH_PASSWORD": "pw-from-env"}
+        )
+
+        assert result.code == 0, result
+        assert result.stdout == "valid\nindexer: opensearch target reached, no problem found\n"
+        # The secret was resolved and sent; nothing was written to the cluster.
+        sent = {r.headers.get("Authorization") for r in server.requests}
+        assert sent == {"Basic " + base64.b64encode(b"syncd:pw-from-env").decode()}
+        assert {r.method for r in server.requests} == {"GET"}
+        assert "pw-from-env" not in result.stdout + result.stderr
+
+        # Without --connect nothing is reached.
+        before = len(server.requests)
+        offline = await harness.cli("validate", str(path))
+        assert (offline.code, offline.stdout) == (0, "valid\n")
+        assert len(server.requests) == before
+
+
+async def test_validate_connect_names_what_is_wrong_with_the_index(harness: Harness) -> None:
+    harness.write_config()
+    mappings = json.loads(json.dumps(INDEX_MAPPINGS))
+    mappings["properties"]["text"] = {"type": "keyword"}
+    async with SearchServer() as server:
+        server.create_index("docs", mappings)
+        before = server.mapping("docs")
+        path = harness.root / "wrong.json"
+        path.write_text(json.dumps(search_connector(server.url)))
+        result = await harness.cli("validate", "--connect", str(path))
+        assert server.mapping("docs") == before  # never altered
+
+        del server.indices["docs"]
+        missing = harness.root / "missing.json"
+        missing.write_text(json.dumps(search_connector(server.url, create_index=False)))
+        absent = await harness.cli("validate", "--connect", str(missing))
+        # With create_index (the default) a missing index is made at first use: no problem,
+        # and the check creates nothing.
+        later = await harness.cli("validate", "--connect", str(path))
+        assert server.indices == {}
+
+    assert result.code == 2, result
+    assert result.stdout == (
+        "indexer: wrong shape (an existing index is never altered): 'text' is mapped as "
+        "keyword (needs text)\n"
+    )
+    assert (absent.code, absent.stdout) == (
+        2,
+        "indexer: it does not exist and create_index is false\n",
+    )
+    assert (later.code, later.stdout.splitlines()[0]) == (0, "valid"), later
+
+
+async def test_validate_connect_says_when_the_target_cannot_be_reached(
+    harness: Harness,
+) -> None:
+    harness.write_config()
+    path = harness.root / "down.json"
+    # A password in the URL is a secret: never printed.
+    path.write_text(json.dumps(search_connector("http://syncd:url-secret@127.0.0.1:9")))
+
+    result = await harness.cli("validate", "--connect", str(path))
+
+    assert result.code == 2, result
+    (line,) = result.stdout.splitlines()
+    assert line.startswith("indexer: index 'docs' at http://127.0.0.1:9: cannot connect"), line
+    # The daemon's retries are kept, and said while they wait.
+    assert [r.split(":", 1)[0] for r in result.stderr.splitlines()] == [
+        "retry 1 of 3",
+        "retry 2 of 3",
+        "retry 3 of 3",
+    ]
+    assert "url-secret" not in result.stdout + result.stderr
+
+
+async def test_validate_connect_with_an_indexer_that_has_nothing_to_reach(
+    harness: Harness,
+) -> None:
+    harness.write_config()
+    source = {"url": "http://127.0.0.1:9/items"}
+    files = {
+        "store": {"name": "t", "source": source},
+        "webhook": {"name": "t", "source": source, "indexer": {"type": "webhook",
+                                                               "url": "http://127.0.0.1:9/h"}},
+    }  # fmt: skip
+    for kind, body in files.items():
+        path = harness.root / f"{kind}.json"
+        path.write_text(json.dumps(body))
+        result = await harness.cli("validate", "--connect", str(path))
+        assert (result.code, result.stderr) == (0, ""), result
+        assert result.stdout == (
+            f"valid\nindexer: the {kind} indexer has no connection check: nothing reached\n"
+        )
+    # An invalid file is refused offline, before anything is reached.
+    (harness.root / "bad.json").write_text(json.dumps({"name": "t"}))
+    result = await harness.cli("validate", "--connect", str(harness.root / "bad.json"))
+    assert (result.code, error_paths(result)) == (2, ["source"])
 
 
 # --- create and update ------------------------------------------------------------------

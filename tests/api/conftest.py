@@ -64,6 +64,7 @@ CONNECTOR_KEYS = {
     "full_crawl_schedule",
     "deletions_held",
     "hash_fields",
+    "document",
 }
 ZERO_DOCS = {"pending": 0, "running": 0, "indexed": 0, "failed": 0, "deleted": 0}
 

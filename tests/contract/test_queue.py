@@ -467,6 +467,44 @@ async def test_redis_close_hands_back_unacknowledged_batches(
     assert await staying.pop(10, timeout=0) is None
 
 
+async def test_redis_close_ends_a_heartbeat_whose_cancellation_was_lost(
+    new_redis_queue: QueueFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On Python 3.11, redis-py sends a command through ``asyncio.wait_for``, which drops a
+    cancellation that arrives in the same loop step as the end of the send (gh-86296).
+    Here the heartbeat's send finishes exactly when ``close`` cancels it; the heartbeat
+    must still end, or ``close`` waits for it forever."""
+    queue = new_redis_queue(instance_id="closing", heartbeat_seconds=0.05)
+    await queue.open()
+    assert isinstance(queue, RedisQueue)
+    alive = f"alive:{queue.instance_id}".encode()
+    send = aioredis.connection.Connection._send_packed_command
+    sent = asyncio.Event()
+    reply: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    async def send_then_hold(self: Any, command: Any) -> None:
+        await send(self, command)
+        if not sent.is_set() and any(alive in bytes(part) for part in command):
+            sent.set()
+            await reply
+
+    monkeypatch.setattr(aioredis.connection.Connection, "_send_packed_command", send_then_hold)
+    await asyncio.wait_for(sent.wait(), timeout=5)
+    # close stops the pub/sub reader first, then the heartbeat: releasing the send when the
+    # reader ends puts its completion in the very step in which the heartbeat is cancelled.
+    (reader,) = (t for t in asyncio.all_tasks() if t.get_name().startswith("syncd-queue-reader:"))
+    reader.add_done_callback(lambda _: reply.set_result(None))
+
+    closing = asyncio.create_task(queue.close(), name="test-close")
+    done, _ = await asyncio.wait({closing}, timeout=5)
+    assert done, "close() is stuck waiting for its heartbeat"
+    await closing
+    heartbeats = [
+        t for t in asyncio.all_tasks() if t.get_name().startswith("syncd-queue-heartbeat:")
+    ]
+    assert heartbeats == []
+
+
 def closed_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

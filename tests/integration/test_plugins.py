@@ -91,3 +91,34 @@ async def test_registered_plugins_and_unknown_types(make_daemon: DaemonFactory) 
     with pytest.raises(ValidationError) as info:
         await daemon.create_connector({"name": "x", "source": {"type": "nope"}})
     assert "source.type" in info.value.errors
+
+
+def test_an_indexer_kind_check_is_taken_from_a_class_or_static_method() -> None:
+    from syncd.indexers.opensearch import OpenSearchIndexer
+    from syncd.plugins import Registry, as_indexer_kind
+
+    class Checked:
+        def __init__(self, config: Mapping[str, Any], context: IndexerContext) -> None: ...
+
+        async def index(self, document: Document) -> None: ...
+
+        @classmethod
+        async def check(cls, config: Mapping[str, Any], context: IndexerContext) -> list[str]:
+            return []
+
+    class InstanceCheck(Checked):
+        async def check(  # type: ignore[override]
+            self, config: Mapping[str, Any], context: IndexerContext
+        ) -> list[str]:
+            return []
+
+    assert as_indexer_kind("checked", Checked).check == Checked.check
+    # An instance method cannot run before the indexer is built: not a check.
+    assert as_indexer_kind("instance", InstanceCheck).check is None
+    builtin = Registry.builtin()
+    opensearch = builtin.find_indexer("opensearch")
+    assert opensearch is not None and opensearch.check == OpenSearchIndexer.check
+    assert [k for k in ("store", "webhook") if builtin.indexer({"type": k}).check is None] == [
+        "store",
+        "webhook",
+    ]

@@ -5,9 +5,8 @@ the source, connectors share a table, a document PostgreSQL refuses fails alone,
 the wrong shape is refused and left as it was, and the DSN's password is never shown or
 logged.
 
-The connector's ``document`` mapping is not what these tests are about: the kind registered
-here is the built-in one behind a small shim that gives each document the shape the mapping
-would (``title`` and ``body`` of the record as title and text, ``link`` as url).
+Each connector maps its records to a document shape (``title``, ``body`` as text, ``link``
+as url, ``updated_at``, ``kind`` in the metadata).
 """
 
 from __future__ import annotations
@@ -16,7 +15,7 @@ import asyncio
 import dataclasses
 import io
 import logging
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import asyncpg
@@ -25,12 +24,10 @@ import structlog
 
 from syncd.api import views
 from syncd.daemon import Daemon
-from syncd.indexers.base import BatchFailures, IndexerContext
-from syncd.indexers.postgres import PostgresIndexer, postgres_secrets
+from syncd.indexers.base import IndexerContext
+from syncd.indexers.postgres import PostgresIndexer
 from syncd.models import DocStatus, Document, DocumentFields, RunOutcome
 from syncd.observability.logs import DRIVER_LOGGERS, configure_logging
-from syncd.plugins import IndexerKind
-from syncd.schema.indexers import PostgresIndexerConfig
 from tests.integration.conftest import DaemonFactory, http_source
 from tests.integration.sourceserver import SourceServer, make_records
 
@@ -76,34 +73,13 @@ async def source() -> AsyncIterator[SourceServer]:
         yield server
 
 
-def shaped(doc: Document) -> Document:
-    """``doc`` with the shape a ``document`` mapping of title, body and link gives."""
-    record = doc.payload if isinstance(doc.payload, Mapping) else {}
-    fields = DocumentFields(
-        title=record.get("title"),
-        text=record.get("body"),
-        url=record.get("link"),
-        updated_at=record.get("updated_at"),
-        metadata={"kind": record["kind"]} if "kind" in record else {},
-    )
-    return dataclasses.replace(doc, fields=fields)
-
-
-class ShapedPostgresIndexer(PostgresIndexer):
-    """The built-in indexer, given documents with a shape."""
-
-    async def index_batch(self, documents: Sequence[Document]) -> BatchFailures:
-        return await super().index_batch([shaped(d) for d in documents])
-
-
-def postgres_kind() -> IndexerKind:
-    return IndexerKind(
-        "postgres",
-        ShapedPostgresIndexer,
-        config_model=PostgresIndexerConfig,
-        secrets=postgres_secrets,
-        supports_delete=True,
-    )
+MAPPING = {
+    "title": "title",
+    "text": "body",
+    "url": "link",
+    "updated_at": "updated_at",
+    "metadata": {"kind": "kind"},
+}
 
 
 def indexer_config(**extra: Any) -> dict[str, Any]:
@@ -112,9 +88,17 @@ def indexer_config(**extra: Any) -> dict[str, Any]:
 
 async def started(make_any_daemon: DaemonFactory) -> Daemon:
     daemon = make_any_daemon()
-    daemon.register_indexer("postgres", postgres_kind())
     await daemon.start()
     return daemon
+
+
+def connector_body(name: str, server: SourceServer, **indexer: Any) -> dict[str, Any]:
+    return {
+        "name": name,
+        "source": http_source(server),
+        "document": MAPPING,
+        "indexer": indexer_config(**indexer),
+    }
 
 
 async def sync(daemon: Daemon, cid: str) -> None:
@@ -162,7 +146,7 @@ async def test_sync_search_update_and_delete_mirror_the_source(
     records[7] = {**records[7], "body": "The quick brown fox jumps", "kind": "note"}
     source.set_records(records)
     daemon = await started(make_any_daemon)
-    body = {"name": "tickets", "source": http_source(source), "indexer": indexer_config()}
+    body = connector_body("tickets", source)
     cid = (await daemon.create_connector(body)).id
 
     await sync(daemon, cid)
@@ -234,11 +218,10 @@ async def test_a_literal_dsn_is_masked_and_its_password_never_logged(
     out = io.StringIO()
     configure_logging("debug", "json", stream=out)
     daemon = make_daemon()
-    daemon.register_indexer("postgres", postgres_kind())
     await daemon.start()
     # A wrong database in the same DSN: the error names the server, never the password.
     broken = target.rsplit("/", 1)[0] + "/no_such_database"
-    body = {"name": "t", "source": http_source(source), "indexer": indexer_config(dsn=broken)}
+    body = connector_body("t", source, dsn=broken)
     cid = (await daemon.create_connector(body)).id
     await sync(daemon, cid)
     await daemon.wait_documents(cid, settled(failed=25), TIMEOUT)
@@ -264,16 +247,8 @@ async def test_two_connectors_share_a_table_and_a_pool(
     daemon = await started(make_any_daemon)
     async with SourceServer(12, page_size=5) as one, SourceServer(8, page_size=5) as two:
         # The same external ids at both sources: rows are told apart by connector.
-        cid1 = (
-            await daemon.create_connector(
-                {"name": "one", "source": http_source(one), "indexer": indexer_config()}
-            )
-        ).id
-        cid2 = (
-            await daemon.create_connector(
-                {"name": "two", "source": http_source(two), "indexer": indexer_config()}
-            )
-        ).id
+        cid1 = (await daemon.create_connector(connector_body("one", one))).id
+        cid2 = (await daemon.create_connector(connector_body("two", two))).id
         await asyncio.gather(sync(daemon, cid1), sync(daemon, cid2))
         await daemon.wait_documents(cid1, settled(indexed=12), TIMEOUT)
         await daemon.wait_documents(cid2, settled(indexed=8), TIMEOUT)
@@ -313,7 +288,7 @@ async def test_a_document_postgres_refuses_fails_alone(
     records[9] = {**records[9], "body": words}
     source.set_records(records)
     daemon = await started(make_any_daemon)
-    body = {"name": "tickets", "source": http_source(source), "indexer": indexer_config()}
+    body = connector_body("tickets", source)
     cid = (await daemon.create_connector(body)).id
 
     await sync(daemon, cid)
@@ -354,9 +329,8 @@ async def test_a_table_of_the_wrong_shape_is_refused_and_left_as_it_was(
     shape += " WHERE attrelid = 'docs'::regclass AND attnum > 0 ORDER BY attnum"
     columns = await db.fetch(shape)
     daemon = make_daemon()
-    daemon.register_indexer("postgres", postgres_kind())
     await daemon.start()
-    body = {"name": "tickets", "source": http_source(source), "indexer": indexer_config()}
+    body = connector_body("tickets", source)
     cid = (await daemon.create_connector(body)).id
 
     await sync(daemon, cid)

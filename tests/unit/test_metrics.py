@@ -116,9 +116,9 @@ def test_samples_after_a_sync_with_retries() -> None:
     metrics.backoff_seconds.labels(reason="throttle").inc(0.4)
     metrics.runs.labels(trigger="manual", outcome="succeeded").inc()
     metrics.runs.labels(trigger="schedule", outcome="failed").inc()
-    metrics.index_latency.labels(outcome="indexed").observe(0.03)
-    metrics.index_latency.labels(outcome="indexed").observe(7.0)
-    metrics.index_latency.labels(outcome="failed").observe(120.0)
+    metrics.index_latency.labels(kind="webhook", outcome="indexed").observe(0.03)
+    metrics.index_latency.labels(kind="webhook", outcome="indexed").observe(7.0)
+    metrics.index_latency.labels(kind="webhook", outcome="failed").observe(120.0)
 
     samples = scrape(metrics)
     runs = only(samples, "syncd_runs_total")
@@ -135,12 +135,12 @@ def test_samples_after_a_sync_with_retries() -> None:
         labels(reason="host_cooldown"): 0.0,
     }
     assert only(samples, "syncd_index_seconds_count") == {
-        labels(outcome="indexed"): 2.0,
-        labels(outcome="failed"): 1.0,
+        labels(kind="webhook", outcome="indexed"): 2.0,
+        labels(kind="webhook", outcome="failed"): 1.0,
     }
     assert only(samples, "syncd_index_seconds_sum") == {
-        labels(outcome="indexed"): 7.03,
-        labels(outcome="failed"): 120.0,
+        labels(kind="webhook", outcome="indexed"): 7.03,
+        labels(kind="webhook", outcome="failed"): 120.0,
     }
     buckets = {
         dict(lbl)["le"]: value
@@ -216,7 +216,7 @@ def test_process_metrics_are_included_by_default() -> None:
 def test_openmetrics_when_the_scraper_asks_for_it() -> None:
     metrics = Metrics(process_metrics=False)
     metrics.pages.inc()
-    metrics.index_latency.labels(outcome="indexed").observe(0.1)
+    metrics.index_latency.labels(kind="webhook", outcome="indexed").observe(0.1)
     # What Prometheus sends: OpenMetrics preferred, the text format as a fallback.
     accept = (
         "application/openmetrics-text;version=1.0.0;q=0.5,"
@@ -249,7 +249,7 @@ def busy_metrics(**kw: Any) -> Metrics:
     metrics = Metrics(per_connector=True, **kw)
     metrics.run_started("r1")
     metrics.run_ended("r1", RunTrigger.MANUAL, RunOutcome.SUCCEEDED)
-    metrics.index_latency.labels(outcome="failed").observe(0.5)
+    metrics.index_latency.labels(kind="webhook", outcome="failed").observe(0.5)
     metrics.observe_request("/connectors", "GET", 200, 0.01)
     metrics.set_last_successes([("c-1", "items", 1.7e9)])
     return metrics
