@@ -32,12 +32,12 @@ from syncd.errors import ConfigError
 from syncd.indexers.base import Indexer, IndexerContext, IndexerFactory
 from syncd.models import Connector
 from syncd.observability.logs import register_secret
-from syncd.schema.kinds import (
-    HttpSourceConfig,
+from syncd.schema.indexers import (
     OpenSearchIndexerConfig,
     StoreIndexerConfig,
     WebhookIndexerConfig,
 )
+from syncd.schema.kinds import HttpSourceConfig
 from syncd.sources.base import SourceFactory
 from syncd.sources.secrets import connector_secrets
 

@@ -1,7 +1,7 @@
 """The ``opensearch`` indexer: documents written to an OpenSearch 2 or Elasticsearch 8 index
 through ``POST /_bulk`` (the two share that API, and what else is used here).
 
-Its config is :class:`syncd.schema.kinds.OpenSearchIndexerConfig`: ``url``, ``index``,
+Its config is :class:`syncd.schema.indexers.OpenSearchIndexerConfig`: ``url``, ``index``,
 ``auth`` (``basic``, ``api_key``, ``bearer``; every value a secret, ``${env:}``/``${file:}``
 resolved per request), ``create_index`` (default true) and ``batch_size`` (default 100).
 

@@ -2,8 +2,10 @@
 
 - :mod:`syncd.schema.fields`: field types (each with its check, message and JSON Schema),
   the tagged unions of ``{"type": ...}`` configs, pydantic errors as ``{"path": message}``.
-- :mod:`syncd.schema.kinds`: the built-in kinds' config models (``HttpSourceConfig`` and its
-  pagination styles, ``StoreIndexerConfig``, ``WebhookIndexerConfig``).
+- :mod:`syncd.schema.kinds`: the ``http`` source's config models (``HttpSourceConfig`` and its
+  pagination styles).
+- :mod:`syncd.schema.indexers`: the built-in indexers' config models (``StoreIndexerConfig``,
+  ``WebhookIndexerConfig``, ``OpenSearchIndexerConfig``, ``PostgresIndexerConfig``).
 - :mod:`syncd.schema.connector`: ``ConnectorCreate`` / ``ConnectorPatch`` per registry of
   kinds, :func:`connector_file_schema` and :func:`model_json_schemas`.
 
@@ -17,6 +19,12 @@ from syncd.schema.connector import (
     model_json_schemas,
 )
 from syncd.schema.fields import field_errors, tagged_union, url_problem
+from syncd.schema.indexers import (
+    OpenSearchIndexerConfig,
+    PostgresIndexerConfig,
+    StoreIndexerConfig,
+    WebhookIndexerConfig,
+)
 from syncd.schema.kinds import (
     CursorPagination,
     HttpSourceConfig,
@@ -25,10 +33,8 @@ from syncd.schema.kinds import (
     NextUrlPagination,
     OffsetPagination,
     PagePagination,
-    StoreIndexerConfig,
     Timeout,
     TypeTagged,
-    WebhookIndexerConfig,
 )
 
 __all__ = [
@@ -39,7 +45,9 @@ __all__ = [
     "LinkHeaderPagination",
     "NextUrlPagination",
     "OffsetPagination",
+    "OpenSearchIndexerConfig",
     "PagePagination",
+    "PostgresIndexerConfig",
     "StoreIndexerConfig",
     "Timeout",
     "TypeTagged",

@@ -25,7 +25,7 @@ from syncd.indexers.opensearch_bulk import INDEX_MAPPINGS, document_id
 from syncd.models import DocStatus, RunOutcome
 from syncd.observability.logs import DRIVER_LOGGERS, configure_logging
 from syncd.plugins import IndexerKind
-from syncd.schema.kinds import OpenSearchIndexerConfig
+from syncd.schema.indexers import OpenSearchIndexerConfig
 from tests.integration.conftest import DaemonFactory, http_source
 from tests.integration.searchmapping import shown
 from tests.integration.searchserver import SearchServer
