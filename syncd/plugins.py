@@ -20,7 +20,8 @@ refused. Errors name their path (``source.count``) with pydantic's message; see
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+import asyncio
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from importlib.metadata import entry_points
 from typing import Any
@@ -34,6 +35,7 @@ from syncd.models import Connector
 from syncd.observability.logs import register_secret
 from syncd.schema.indexers import (
     OpenSearchIndexerConfig,
+    PostgresIndexerConfig,
     StoreIndexerConfig,
     WebhookIndexerConfig,
 )
@@ -137,6 +139,7 @@ def builtin_source_kinds() -> list[SourceKind]:
 def builtin_indexer_kinds() -> list[IndexerKind]:
     """The built-in indexer kinds."""
     from syncd.indexers.opensearch import OpenSearchIndexer, opensearch_secrets
+    from syncd.indexers.postgres import PostgresIndexer, postgres_secrets
     from syncd.indexers.store import StoreIndexer
     from syncd.indexers.webhook import WebhookIndexer
 
@@ -159,6 +162,13 @@ def builtin_indexer_kinds() -> list[IndexerKind]:
             secrets=opensearch_secrets,
             supports_delete=True,
         ),
+        IndexerKind(
+            "postgres",
+            PostgresIndexer,
+            config_model=PostgresIndexerConfig,
+            secrets=postgres_secrets,
+            supports_delete=True,
+        ),
     ]
 
 
@@ -175,8 +185,8 @@ class Registry:
 
     @classmethod
     def builtin(cls) -> Registry:
-        """A registry of the built-in kinds: the ``http`` source, the ``store``, ``webhook``
-        and ``opensearch`` indexers."""
+        """A registry of the built-in kinds: the ``http`` source, the ``store``, ``webhook``,
+        ``opensearch`` and ``postgres`` indexers."""
         return cls(builtin_source_kinds(), builtin_indexer_kinds())
 
     def register_source(self, name: str, plugin: SourceKind | SourceFactory) -> None:
@@ -258,7 +268,13 @@ class Registry:
 
 
 class Indexers:
-    """The indexers of this instance's connectors, built once per connector config."""
+    """The indexers of this instance's connectors, built once per connector config.
+
+    An indexer that is replaced (its connector's config changed) or forgotten (the
+    connector deleted or patched) is closed (its ``aclose()``, when it has one) in a task
+    this object owns; :meth:`aclose` closes the rest and waits for every close, when the
+    daemon stops.
+    """
 
     def __init__(
         self,
@@ -268,6 +284,7 @@ class Indexers:
         self._registry = registry
         self._context = context
         self._cache: dict[str, tuple[Any, Indexer, IndexerKind]] = {}
+        self._closing: set[asyncio.Task[None]] = set()
 
     def __call__(self, connector: Connector) -> tuple[Indexer, IndexerKind]:
         """The connector's indexer and its kind (``ConfigError`` for an unknown kind; what
@@ -280,8 +297,41 @@ class Indexers:
         self._registry.register_secrets({}, connector.indexer)
         indexer = kind.factory(connector.indexer, self._context(connector.id))
         self._cache[connector.id] = (key, indexer, kind)
+        if cached is not None:
+            self._close_later(connector.id, cached[1])
         return indexer, kind
 
     def forget(self, connector_id: str) -> None:
         """Drop the connector's indexer (its config changed, or it was deleted)."""
-        self._cache.pop(connector_id, None)
+        cached = self._cache.pop(connector_id, None)
+        if cached is not None:
+            self._close_later(connector_id, cached[1])
+
+    async def aclose(self) -> None:
+        """Close every indexer built here and wait for the closes under way."""
+        cached, self._cache = self._cache, {}
+        for connector_id, (_, indexer, _) in cached.items():
+            self._close_later(connector_id, indexer)
+        while self._closing:
+            await asyncio.gather(*self._closing, return_exceptions=True)
+
+    def _close_later(self, connector_id: str, indexer: Indexer) -> None:
+        close = getattr(indexer, "aclose", None)
+        if close is None:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no loop (a synchronous caller): nothing was opened on one
+            return
+        task = loop.create_task(
+            _close_indexer(connector_id, close), name=f"indexer-close:{connector_id}"
+        )
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+
+
+async def _close_indexer(connector_id: str, close: Callable[[], Awaitable[Any]]) -> None:
+    try:
+        await close()
+    except Exception as exc:  # a close that fails must not stop the daemon's own stop
+        log.warning("indexers.close_failed", connector_id=connector_id, error=str(exc))

@@ -36,6 +36,7 @@ from syncd.http.budget import HostBudgets
 from syncd.http.budget_redis import open_budgets
 from syncd.http.transport import Timeouts, Transport, resolve_timeouts
 from syncd.indexers.base import IndexerContext, IndexerFactory
+from syncd.indexers.pgpool import PostgresPools
 from syncd.indexing.maintenance import Maintenance
 from syncd.indexing.workers import Workers
 from syncd.models import new_id, utcnow
@@ -224,9 +225,12 @@ class Daemon(EmbeddingApi):
         """Build the components on the open backends; only this method knows them all."""
         cfg = self.config
         notify = self.changes.notify
+        self.pools = PostgresPools(max_size=cfg.workers.concurrency)
         indexers = Indexers(
-            self.registry, lambda connector_id: IndexerContext(connector_id, self.transport)
+            self.registry,
+            lambda connector_id: IndexerContext(connector_id, self.transport, self.pools),
         )
+        self.indexers = indexers
 
         def deleted(connector_id: str) -> None:
             indexers.forget(connector_id)
@@ -342,6 +346,9 @@ class Daemon(EmbeddingApi):
         await self.workers.stop(grace)
         await self._supervisor.stop()
         await self.maintenance.stop()
+        # After the workers: no call is in flight. Indexers release their connections.
+        await self.indexers.aclose()
+        await self.pools.aclose()
         await self.transport.close()
         await self.budgets.close()
         await self.queue.close()

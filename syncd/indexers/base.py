@@ -10,6 +10,7 @@ from syncd.models import Document
 
 if TYPE_CHECKING:
     from syncd.http.transport import Transport
+    from syncd.indexers.pgpool import PostgresPools
 
 
 @runtime_checkable
@@ -28,6 +29,10 @@ class Indexer(Protocol):
     the last one indexed, when the indexer reads payloads); returning marks it ``deleted``,
     raising marks it ``failed``. An indexer without ``delete`` is not called: its documents
     gone at the source are marked ``deleted`` (the index keeps them).
+
+    Lifecycle: an indexer that holds resources (connections, pools) may have ``async
+    aclose()``; the daemon calls it once when it stops using the instance — its connector
+    deleted or its config changed, or the daemon stopping — after the calls in flight.
     """
 
     async def index(self, document: Document) -> None: ...
@@ -76,10 +81,13 @@ class BatchDeletingIndexer(DeletingIndexer, Protocol):
 
 @dataclass(frozen=True)
 class IndexerContext:
-    """What an indexer factory gets besides its JSON config."""
+    """What an indexer factory gets besides its JSON config: the connector, the daemon's
+    shared HTTP transport and its PostgreSQL pools (``None`` outside a daemon: an indexer
+    then opens its own, and closes them in ``aclose``)."""
 
     connector_id: str
     transport: Transport
+    pools: PostgresPools | None = None
 
 
 IndexerFactory = Callable[[Mapping[str, Any], IndexerContext], Indexer]

@@ -46,19 +46,23 @@ __all__ = [
     "DEFAULT_TABLE",
     "DEFAULT_TEXT_SEARCH_CONFIG",
     "MAX_ERROR",
+    "PRIVILEGES_SQL",
     "REGCONFIG_SQL",
     "SEARCH_COLUMN",
     "SHAPE_SQL",
     "Row",
     "RowError",
-    "TableSpec",
     "TableShape",
+    "TableSpec",
     "create_statements",
     "delete_sql",
     "document_row",
+    "lock_key",
+    "parse_timestamp",
     "quote_ident",
     "quote_literal",
     "row_arrays",
+    "search_expression",
     "shape_problems",
     "upsert_sql",
 ]
@@ -220,6 +224,20 @@ SELECT c.relkind::text AS relkind,
  WHERE n.nspname = $1 AND c.relname = $2
  ORDER BY a.attnum
 """
+
+
+#: The privileges among SELECT, INSERT, UPDATE and DELETE that the current user lacks on the
+#: table ``$1`` (its quoted, qualified name).
+PRIVILEGES_SQL = """
+SELECT p FROM unnest(ARRAY['SELECT', 'INSERT', 'UPDATE', 'DELETE']) AS p
+ WHERE NOT has_table_privilege($1::text::regclass, p)
+"""
+
+
+def lock_key(spec: TableSpec) -> int:
+    """The advisory lock (a signed 64-bit key) held while the table is created."""
+    digest = hashlib.sha256(f"syncd.table:{spec.qualified}".encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
 
 
 class ColumnShape(NamedTuple):

@@ -38,7 +38,7 @@ REDACTED = MASK  # the log redaction's mask: one spelling everywhere
 
 _REF = re.compile(r"\$\{(?P<kind>[A-Za-z_]+):(?P<name>[^}]*)\}")
 _SECRET_KEY = re.compile(
-    r"token|secret|passw(or)?d|api[_-]?key|auth(orization)?$|credential|private[_-]?key|^key$",
+    r"token|secret|passw(or)?d|api[_-]?key|auth(orization)?$|credential|private[_-]?key|^key$|^dsn$",
     re.IGNORECASE,
 )
 _QUERY_SECRET = re.compile(
