@@ -15,19 +15,31 @@ then sentences, then words, then graphemes — and merges neighbours up to ``chu
 ``chunk_overlap`` (same unit, smaller than ``chunk_size``) is the most text two neighbouring
 chunks share. Whitespace at the ends of chunks is trimmed; a text with nothing but whitespace
 has no chunks.
+
+What is split is the document's ``text`` (its ``document`` mapping). A connector without a
+mapping has no ``text``: its records are split as :func:`record_text` renders them, one
+``path: value`` line per value, as other loaders into vector stores do by default.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from syncd.errors import SyncdError
 
 if TYPE_CHECKING:
     from semantic_text_splitter import TextSplitter
 
-__all__ = ["DEFAULT_TOKENIZER", "Chunker", "ChunkingError", "Unit", "tokenizer_for"]
+__all__ = [
+    "DEFAULT_TOKENIZER",
+    "Chunker",
+    "ChunkingError",
+    "Unit",
+    "record_text",
+    "tokenizer_for",
+]
 
 Unit = Literal["characters", "tokens"]
 #: The tokenizer when neither ``tokenizer`` nor a model tiktoken knows is given (cl100k_base).
@@ -100,3 +112,26 @@ class Chunker:
         if not text or text.isspace():
             return []
         return [chunk for chunk in self._splitter.chunks(text) if chunk.strip()]
+
+
+def record_text(payload: Any) -> str:
+    """The text of a record that has no ``document`` mapping: one ``path: value`` line per
+    string, number or boolean in it, in the payload's order (syncd stores JSON with sorted
+    keys; nested keys dotted, list items by index; nulls and empty strings left out). Keys
+    then carry their meaning into the embedding ("title: Refunds", "status: closed")."""
+    lines: list[str] = []
+    _leaves(payload, "", lines)
+    return "\n".join(lines)
+
+
+def _leaves(value: Any, path: str, lines: list[str]) -> None:
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            _leaves(item, f"{path}.{key}" if path else str(key), lines)
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _leaves(item, f"{path}.{index}" if path else str(index), lines)
+    elif isinstance(value, bool):
+        lines.append(f"{path}: {'true' if value else 'false'}")
+    elif isinstance(value, int | float | str) and value != "":
+        lines.append(f"{path}: {value}" if path else str(value))

@@ -156,9 +156,10 @@ def chunk_shape_problems(shape: TableShape, spec: ChunkSpec) -> list[str]:
 
 def stored_sql(documents: TableSpec) -> str:
     """The content hash and text kept for each of a batch's documents (``$1`` connector ids,
-    ``$2`` external ids): ``external_id, content_hash, text`` of the rows that exist."""
+    ``$2`` external ids): ``connector_id, external_id, content_hash, text`` of the rows that
+    exist."""
     return (
-        "SELECT t.external_id, t.content_hash, t.text\n"
+        "SELECT t.connector_id, t.external_id, t.content_hash, t.text\n"
         f"  FROM {documents.qualified} AS t\n"
         "  JOIN unnest($1::text[], $2::text[]) AS d(connector_id, external_id)\n"
         "    ON t.connector_id = d.connector_id AND t.external_id = d.external_id"
