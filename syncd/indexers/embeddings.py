@@ -159,15 +159,17 @@ class EmbeddingsClient:
                 f"embedding {index} has {len(value)} dimensions, not the {self.dimensions} "
                 "configured (does the model support 'dimensions'?)"
             )
-        vector: list[float] = []
-        for number in value:
-            if isinstance(number, bool) or not isinstance(number, int | float):
-                raise EmbeddingsError(f"embedding {index} is not a list of numbers")
-            number = float(number)
-            if not math.isfinite(number):
-                raise EmbeddingsError(f"embedding {index} holds a value that is not finite")
-            vector.append(number)
-        return vector
+        # One pass in C instead of one check per number: a sum is not a number when an item
+        # is not one, and is not finite when an item is not (or the numbers are absurd).
+        try:
+            total = math.fsum(value)
+        except TypeError:
+            raise EmbeddingsError(f"embedding {index} is not a list of numbers") from None
+        except (OverflowError, ValueError):  # inf - inf, or an intermediate overflow
+            total = math.inf
+        if not math.isfinite(total):
+            raise EmbeddingsError(f"embedding {index} holds a value that is not finite")
+        return value
 
 
 def _refusal(status: int, body: bytes) -> str:

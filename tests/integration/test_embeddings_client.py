@@ -158,3 +158,22 @@ async def test_503_is_retried_500_is_not(
         await client(server, transport).embed(["b"])
     assert len(server.requests) == 3
     assert server.embedded == ["a"]
+
+
+@pytest.mark.parametrize(
+    ("vector", "message"),
+    [
+        ([0.5, "x"], "embedding 0 is not a list of numbers"),
+        ([0.5, None], "embedding 0 is not a list of numbers"),
+        ({"a": 1}, "embedding 0 is not a list of numbers"),
+        ([float("nan"), 1.0], "embedding 0 holds a value that is not finite"),
+        ([float("inf"), float("-inf")], "embedding 0 holds a value that is not finite"),
+        ([1e308, 1e308], "embedding 0 holds a value that is not finite"),
+    ],
+)
+async def test_vectors_must_be_finite_numbers(
+    server: EmbeddingServer, transport: Transport, vector: object, message: str
+) -> None:
+    answer = {"data": [{"index": 0, "embedding": vector}]}
+    with pytest.raises(EmbeddingsError, match=message):
+        client(server, transport, dimensions=2)._vectors(answer, 1)

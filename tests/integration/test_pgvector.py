@@ -246,6 +246,8 @@ async def test_sync_query_change_and_delete_mirror_the_source(
     # The API key is shown as a mask and never logged.
     connector = await daemon.get_connector(cid)
     answer = views.connector_json(connector, await daemon.document_counts(cid))
+    assert answer["indexer"]["embeddings"]["api_key"] == "***"
+    assert answer["indexer"]["dsn"] == "***"
     assert KEY not in str(answer)
     await daemon.stop()
     assert KEY not in out.getvalue()

@@ -8,7 +8,13 @@ import itertools
 import pytest
 from semantic_text_splitter import TextSplitter
 
-from syncd.indexers.chunking import DEFAULT_TOKENIZER, Chunker, ChunkingError, tokenizer_for
+from syncd.indexers.chunking import (
+    DEFAULT_TOKENIZER,
+    Chunker,
+    ChunkingError,
+    record_text,
+    tokenizer_for,
+)
 
 TEXT = (
     "Refunds are issued within five days. The card used for the purchase is credited.\n\n"
@@ -71,3 +77,20 @@ def test_tokenizer_names() -> None:
     assert tokenizer_for("nomic-embed-text", "gpt-4o") == "gpt-4o"
     with pytest.raises(ChunkingError, match="tokenizer 'no-such-model'"):
         tokenizer_for("text-embedding-3-small", "no-such-model")
+
+
+def test_a_record_without_a_mapping_is_rendered_as_path_value_lines() -> None:
+    record = {
+        "id": 7,
+        "title": "Refunds",
+        "done": True,
+        "empty": "",
+        "none": None,
+        "author": {"name": "Ada", "tags": ["billing", "cards"]},
+    }
+    assert record_text(record) == (
+        "id: 7\ntitle: Refunds\ndone: true\nauthor.name: Ada\nauthor.tags.0: billing\n"
+        "author.tags.1: cards"
+    )
+    assert record_text("plain") == "plain"
+    assert record_text(None) == ""
