@@ -298,7 +298,9 @@ class Indexers:
     def __call__(self, connector: Connector) -> tuple[Indexer, IndexerKind]:
         """The connector's indexer and its kind (``ConfigError`` for an unknown kind; what
         the factory raises when it cannot build one)."""
-        key = (connector.updated_at, dict(connector.indexer))
+        # An instance depends on its config alone (and the connector's id): it is kept across
+        # the connector's other changes, so its connections outlive a run.
+        key = dict(connector.indexer)
         cached = self._cache.get(connector.id)
         if cached is not None and cached[0] == key:
             return cached[1], cached[2]

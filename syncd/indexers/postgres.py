@@ -136,6 +136,7 @@ class PostgresIndexer:
         self._pools = shared if shared is not None else PostgresPools(max_size=2)
         self._own_pools = shared is None
         self._dsn: str | None = None  # resolved, while this indexer holds its pool
+        self._where: str | None = None  # host:port/database, once resolved (for messages)
         self._pool: asyncpg.Pool[Any] | None = None
         self._pool_lock = asyncio.Lock()
         self._ready = False
@@ -210,15 +211,15 @@ class PostgresIndexer:
             return [str(exc)]
         try:
             return [f"{indexer._target()}: {p}" for p in await indexer._inspect(create=False)]
-        except SyncdError as exc:
-            return [f"{indexer._target()}: {exc}"]
+        except SyncdError as exc:  # its message names the table
+            return [str(exc)]
         finally:
             await indexer.aclose()
 
     # --- the table ------------------------------------------------------------------------
 
     def _target(self) -> str:
-        where = f" at {_where(self._dsn)}" if self._dsn is not None else ""
+        where = f" at {self._where}" if self._where is not None else ""
         return f"table {self.spec.display}{where}"
 
     async def _ensure_table(self) -> None:
@@ -334,9 +335,11 @@ class PostgresIndexer:
             try:
                 dsn = resolve_refs(self._dsn_config).strip()
             except SyncdError as exc:
-                raise PostgresIndexerError(f"dsn: {exc}") from None
+                raise PostgresIndexerError(f"{self._target()}: dsn: {exc}") from None
             if not dsn.startswith(("postgresql://", "postgres://")):
-                raise PostgresIndexerError("dsn: must resolve to a postgresql:// URL")
+                message = "dsn: must resolve to a postgresql:// or postgres:// URL"
+                raise PostgresIndexerError(f"{self._target()}: {message}")
+            self._where = _where(dsn)
             for value in _dsn_secrets(dsn):
                 register_secret(value)  # a ${file:} DSN may have been rotated
             try:
