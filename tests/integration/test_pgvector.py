@@ -254,6 +254,32 @@ async def test_sync_query_change_and_delete_mirror_the_source(
     assert "pgvector.chunks_table_ready" in out.getvalue()
 
 
+async def test_a_mapped_text_is_what_is_split_and_embedded(
+    pgvector_dsn: str,
+    make_daemon: DaemonFactory,
+    db: asyncpg.Connection[Any],
+    embeddings: EmbeddingServer,
+    source: SourceServer,
+) -> None:
+    daemon = make_daemon()
+    await daemon.start()
+    body = {
+        "name": "kb",
+        "source": http_source(source),
+        "indexer": indexer_config(pgvector_dsn, embeddings),
+        "document": {"title": "title", "text": "body", "url": {"template": "/kb/{id}"}},
+    }
+    cid = (await daemon.create_connector(body)).id
+    await sync(daemon, cid)
+    await daemon.wait_documents(cid, settled(indexed=len(TOPICS)), TIMEOUT)
+    chunker = Chunker(size=CHUNK_SIZE)
+    assert await chunks_of(db) == {
+        f"kb-{name}": chunker.split(text) for name, text in TOPICS.items()
+    }
+    row = await db.fetchrow("SELECT title, text, url FROM kb WHERE external_id = 'kb-api'")
+    assert dict(row) == {"title": "Api", "text": TOPICS["api"], "url": "/kb/kb-api"}
+
+
 async def test_a_rate_limited_endpoint_is_waited_out_and_a_failing_one_writes_nothing(
     pgvector_dsn: str,
     make_any_daemon: DaemonFactory,
