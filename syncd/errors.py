@@ -157,3 +157,23 @@ class ValidationError(SyncdError):
     def __init__(self, errors: dict[str, str]) -> None:
         self.errors = errors
         super().__init__("; ".join(f"{k}: {v}" for k, v in errors.items()))
+
+
+TRANSIENT_STATUSES = frozenset({408, 429})
+"""HTTP statuses below 500 worth trying again later (timeout, rate limit)."""
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether trying again later may succeed (DESIGN.md §7, the documents' retries): a
+    timeout, a lost or refused connection, an HTTP 408, 429 or 5xx answer, or an error that
+    says so itself (``transient = True``, as a plugin indexer may set). A 4xx other than 408
+    and 429, a refusal of the data, or any other error is not."""
+    flag = getattr(exc, "transient", None)
+    if isinstance(flag, bool):
+        return flag
+    if isinstance(exc, TimeoutError | ClientTimeoutError | ClientConnectionError | OSError):
+        return True
+    status = getattr(exc, "status", None)
+    if isinstance(status, int) and not isinstance(status, bool):
+        return status in TRANSIENT_STATUSES or 500 <= status <= 599
+    return False

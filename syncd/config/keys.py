@@ -258,6 +258,8 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "index_timeout_seconds": _number_key(0, strict=True),
         "lease_seconds": _number_key(0, strict=True),
         "batch_size": _int_key(1),
+        "max_attempts": _int_key(1),
+        "retry_backoff_seconds": _number_key(0, strict=False, maximum=3600),
     },
     "documents": {"deleted_retention_days": _number_key(0, strict=False)},
     "http": {

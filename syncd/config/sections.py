@@ -63,6 +63,10 @@ class WorkersConfig:
     index_timeout_seconds: float = 30.0
     lease_seconds: float = 300.0
     batch_size: int = 100
+    # A document whose indexing failed for a transient reason is tried this many times in
+    # all, the waits doubling from retry_backoff_seconds (syncd.rules.documents).
+    max_attempts: int = 5
+    retry_backoff_seconds: float = 10.0
 
 
 @dataclass(frozen=True)

@@ -262,6 +262,8 @@ class Daemon(EmbeddingApi):
             batch_size=cfg.workers.batch_size,
             index_timeout=cfg.workers.index_timeout_seconds,
             lease_seconds=cfg.workers.lease_seconds,
+            max_attempts=cfg.workers.max_attempts,
+            retry_backoff=cfg.workers.retry_backoff_seconds,
             deleted_retention=timedelta(days=cfg.documents.deleted_retention_days),
             maintenance=self.maintenance,
             on_change=notify,

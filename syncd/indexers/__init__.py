@@ -11,6 +11,7 @@ from syncd.indexers.base import (
     Indexer,
     IndexerContext,
     IndexerFactory,
+    Transient,
 )
 from syncd.indexers.opensearch import OpenSearchIndexer
 from syncd.indexers.pgvector import PgvectorIndexer
@@ -35,4 +36,5 @@ __all__ = [
     "Indexer",
     "IndexerContext",
     "IndexerFactory",
+    "Transient",
 ]

@@ -47,7 +47,15 @@ class DeletingIndexer(Indexer, Protocol):
 
 BatchFailures = Mapping[str, str] | None
 """What a batch call returns: the documents of the batch that failed, external id → error
-(``None`` or an empty mapping: every document succeeded)."""
+(``None`` or an empty mapping: every document succeeded). An error given as
+:class:`Transient` is retried later (``[workers] max_attempts``); any other is final."""
+
+
+class Transient(str):
+    """A per-document failure worth trying again later (the target was busy: a 429 or 503
+    for that item), as a batch indexer reports it: ``{"doc-1": Transient("HTTP 503")}``."""
+
+    __slots__ = ()
 
 
 @runtime_checkable

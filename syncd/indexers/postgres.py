@@ -72,7 +72,12 @@ DEFAULT_BATCH_SIZE = 500
 
 
 class PostgresIndexerError(SyncdError):
-    """The database refused a statement, or the table cannot take the documents."""
+    """The database refused a statement, or the table cannot take the documents;
+    ``transient`` when the server could not be reached or the connection was lost."""
+
+    def __init__(self, message: str, *, transient: bool = False) -> None:
+        super().__init__(message)
+        self.transient = transient
 
 
 def postgres_secrets(config: Mapping[str, Any]) -> set[str]:
@@ -322,7 +327,17 @@ class PostgresIndexer:
             self._ready = False  # looked at again on the next call
             raise PostgresIndexerError(f"{self._target()}: {_describe(exc)}") from None
         except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
-            raise PostgresIndexerError(f"{self._target()}: {_describe(exc)}") from None
+            lost = isinstance(
+                exc,
+                OSError
+                | asyncpg.InterfaceError
+                | asyncpg.PostgresConnectionError
+                | asyncpg.CannotConnectNowError
+                | asyncpg.AdminShutdownError,
+            )
+            raise PostgresIndexerError(
+                f"{self._target()}: {_describe(exc)}", transient=lost
+            ) from None
 
     async def _get_pool(self) -> asyncpg.Pool[Any]:
         import asyncpg

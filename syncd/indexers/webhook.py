@@ -45,7 +45,12 @@ _DEFAULT_ERROR = "Failed by the webhook"
 
 
 class WebhookError(SyncdError):
-    """The webhook answered with a non-2xx status."""
+    """The webhook answered with a non-2xx status (``status``: 408, 429 and 5xx are
+    transient, :func:`syncd.errors.is_transient`)."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class WebhookIndexer:
@@ -120,7 +125,7 @@ class WebhookIndexer:
             "POST", self._url, headers=headers, content=body, raise_for_status=False
         )
         if not 200 <= response.status < 300:
-            raise WebhookError(f"HTTP {response.status}")
+            raise WebhookError(f"HTTP {response.status}", response.status)
         return response
 
 

@@ -20,7 +20,8 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from syncd.indexers.base import BatchFailures, DeletingIndexer, Indexer
+from syncd.errors import is_transient
+from syncd.indexers.base import BatchFailures, DeletingIndexer, Indexer, Transient
 from syncd.models import DocOp, DocStatus, Document
 from syncd.observability.logs import redact
 from syncd.observability.metrics import Metrics
@@ -44,6 +45,9 @@ class Tally:
     failed: int = 0
     # The first failure (document, error): logged once per batch.
     first_failure: tuple[str, str | None] | None = None
+    # The failed documents whose failure was transient (syncd.errors.is_transient): the
+    # worker retries them later, within `[workers] max_attempts`.
+    transient: set[str] = field(default_factory=set)
 
 
 class Deadline:
@@ -185,6 +189,7 @@ class _BatchCalls:
         observe_ok, observe_failed = self._observe_ok, self._observe_failed
         for doc in documents:
             error: str | None = None
+            transient = True  # a timeout, unless the call raised something else
             started = deadline.start()
             try:
                 await call(doc)
@@ -196,6 +201,7 @@ class _BatchCalls:
                 error = TIMEOUT_ERROR
             except Exception as exc:
                 error = error_text(exc)
+                transient = is_transient(exc)
             deadline.stop()
             elapsed = deadline.now() - started
             if error is None:
@@ -205,6 +211,8 @@ class _BatchCalls:
                     self._deleted.inc()
             else:
                 results.append((doc.external_id, DocStatus.FAILED, error))
+                if transient:
+                    tally.transient.add(doc.external_id)
                 observe_failed(elapsed)
                 tally.failed += 1
                 if tally.first_failure is None:
@@ -219,6 +227,7 @@ class _BatchCalls:
         for start in range(0, len(documents), size):
             chunk = documents[start : start + size]
             error: str | None = None
+            transient = True  # a timeout, unless the call raised something else
             failures: BatchFailures = None
             started = deadline.start()
             try:
@@ -231,10 +240,12 @@ class _BatchCalls:
                 error = TIMEOUT_ERROR
             except Exception as exc:
                 error = error_text(exc)
+                transient = is_transient(exc)
             deadline.stop()
             if failures is not None and not isinstance(failures, Mapping):
                 error = f"index_batch returned {type(failures).__name__}, not a mapping"
-            self._add(chunk, done, error, failures, deadline.now() - started)
+                transient = False
+            self._add(chunk, done, error, failures, deadline.now() - started, transient)
 
     def _add(
         self,
@@ -243,23 +254,29 @@ class _BatchCalls:
         error: str | None,
         failures: BatchFailures,
         elapsed: float,
+        transient: bool,
     ) -> None:
-        """The results of one batch call: ``error`` for all, else ``failures`` for some."""
+        """The results of one batch call: ``error`` for all (``transient`` or not), else
+        ``failures`` for some (transient when given as :class:`Transient`)."""
         tally = self.tally
         results = tally.results
         share = elapsed / len(chunk)
         ok = 0
         for doc in chunk:
             failure: str | None = error
+            again = transient
             if failure is None and failures:
                 reason = failures.get(doc.external_id)
                 failure = None if reason is None else error_text(reason)
+                again = isinstance(reason, Transient)
             if failure is None:
                 results.append((doc.external_id, done, None))
                 self._observe_ok(share)
                 ok += 1
             else:
                 results.append((doc.external_id, DocStatus.FAILED, failure))
+                if again:
+                    tally.transient.add(doc.external_id)
                 self._observe_failed(share)
                 tally.failed += 1
                 if tally.first_failure is None:

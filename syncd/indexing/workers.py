@@ -38,6 +38,7 @@ from syncd.models import Connector, ConnectorStatus, DocStatus, new_id, utcnow
 from syncd.observability.metrics import Metrics
 from syncd.plugins import IndexerKind
 from syncd.queue.base import Batch, WorkQueue
+from syncd.rules.documents import split_retries
 from syncd.rules.shape import is_costly, shaped
 from syncd.runtime.pacing import Pacer
 from syncd.runtime.tasks import cancel_and_wait
@@ -61,6 +62,8 @@ class _Job:
     connector_id: str
     token: str
     total: int
+    # How many times each document has been claimed, this claim included (its retries).
+    attempts: dict[str, int] = field(default_factory=dict)
     tally: Tally = field(default_factory=Tally)
     task: asyncio.Task[None] = field(init=False)
 
@@ -89,6 +92,8 @@ class Workers:
         batch_size: int = 100,
         index_timeout: float = 30.0,
         lease_seconds: float = 300.0,
+        max_attempts: int = 5,
+        retry_backoff: float = 10.0,
         poll_timeout: float = 1.0,
         maintenance: Maintenance,
         on_change: Notify | None = None,
@@ -106,6 +111,8 @@ class Workers:
         self._batch_size = batch_size
         self._index_timeout = index_timeout
         self._lease_seconds = lease_seconds
+        self._max_attempts = max_attempts
+        self._retry_backoff = retry_backoff
         self._poll_timeout = poll_timeout
         self._on_change = on_change
         self._maintenance = maintenance
@@ -250,7 +257,7 @@ class Workers:
                 docs = await asyncio.to_thread(shaped, connector.document, docs)
             else:
                 docs = shaped(connector.document, docs)
-        job = _Job(cid, token, len(docs))
+        job = _Job(cid, token, len(docs), {d.external_id: d.attempts for d in docs})
         # Registered before any further await, so that an abort can always find it.
         job.task = asyncio.create_task(
             run_indexer(
@@ -328,7 +335,25 @@ class Workers:
         if not job.results:
             return
         group = job.results[:]
-        await self._store.finish_documents(job.connector_id, job.token, group, now=utcnow())
+        now = utcnow()
+        final, retries = split_retries(
+            group,
+            job.tally.transient,
+            job.attempts,
+            max_attempts=self._max_attempts,
+            backoff=self._retry_backoff,
+            now=now,
+        )
+        if retries:
+            await self._store.retry_documents(
+                job.connector_id,
+                job.token,
+                [(r.external_id, r.error, r.not_before) for r in retries],
+                now=now,
+            )
+            self._metrics.document_retries.inc(len(retries))
+        if final:
+            await self._store.finish_documents(job.connector_id, job.token, final, now=now)
         # The indexing task may have added results meanwhile.
         del job.results[: len(group)]
         if self._on_change is not None:
@@ -382,7 +407,8 @@ class Workers:
 
     async def _sweeper(self) -> None:
         """Return documents whose lease expired to pending and re-enqueue them."""
-        interval = max(0.05, min(self._lease_seconds / 4, 30.0))
+        # Often enough for leases and for documents waiting to be retried.
+        interval = max(0.05, min(self._lease_seconds / 4, 30.0, self._retry_backoff))
         while True:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stopping.wait(), interval)

@@ -84,6 +84,7 @@ class Metrics:
     records_rejected: Counter
     connectors: Gauge
     documents: Gauge
+    document_retries: Counter
     documents_deleted: Counter
     deletions_held: Counter
     queue_depth: Gauge
@@ -173,6 +174,12 @@ class Metrics:
         )
         self.documents = Gauge(
             "syncd_documents", "Documents in the store, by status.", ["status"], registry=registry
+        )
+        self.document_retries = Counter(
+            "syncd_document_retries",
+            "Documents whose indexing failed for a transient reason and is tried again later "
+            "(`[workers] max_attempts`).",
+            registry=registry,
         )
         self.documents_deleted = Counter(
             "syncd_documents_deleted",

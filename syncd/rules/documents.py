@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 from syncd.models import ABORTED_ERROR, DocOp, DocStatus, DocumentInput
 
@@ -60,3 +61,51 @@ def plan_page(
         for external_id, doc in latest.items()
         if must_write(existing.get(external_id), doc.content_hash)
     ]
+
+
+# --- indexing failures retried (DESIGN.md §7) ----------------------------------------------
+
+RETRY_WAIT_MAX = timedelta(minutes=10)
+"""Longest wait before a document's next attempt."""
+
+
+@dataclass(frozen=True)
+class Retry:
+    """A document whose transient failure is tried again: back to ``pending`` with its
+    error, not claimed before ``not_before``."""
+
+    external_id: str
+    error: str
+    not_before: datetime
+
+
+def split_retries(
+    results: Sequence[tuple[str, DocStatus, str | None]],
+    transient: Set[str],
+    attempts: Mapping[str, int],
+    *,
+    max_attempts: int,
+    backoff: float,
+    now: datetime,
+) -> tuple[list[tuple[str, DocStatus, str | None]], list[Retry]]:
+    """The results to record as they are, and the failures to try again.
+
+    A failure is tried again when it was transient (a timeout, a lost connection, a 408, 429
+    or 5xx: :func:`syncd.errors.is_transient`) and the document has been tried fewer than
+    ``max_attempts`` times (``attempts`` counts the claims, this one included); the wait
+    before attempt n + 1 is ``backoff * 2**(n - 1)`` seconds, at most
+    :data:`RETRY_WAIT_MAX`. Any other failure, and the last attempt's, stays ``failed``: the
+    dead letters, re-queued by ``retry-failed``."""
+    final: list[tuple[str, DocStatus, str | None]] = []
+    retries: list[Retry] = []
+    for result in results:
+        external_id, status, error = result
+        tried = attempts.get(external_id, max_attempts)
+        if status is DocStatus.FAILED and external_id in transient and tried < max_attempts:
+            wait = min(RETRY_WAIT_MAX, timedelta(seconds=backoff * 2.0 ** min(tried - 1, 32)))
+            reason = (error or "Indexing failed")[:440]
+            message = f"{reason} (attempt {tried} of {max_attempts}; retrying)"
+            retries.append(Retry(external_id, message, now + wait))
+        else:
+            final.append(result)
+    return final, retries

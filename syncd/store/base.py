@@ -296,11 +296,26 @@ class Store(Protocol):
         transaction whose cost grows with the results, not with the connector's documents
         (each id is looked up by key); the last result given for an id wins."""
 
+    async def retry_documents(
+        self,
+        connector_id: str,
+        lease_token: str,
+        retries: Sequence[tuple[str, str, datetime]],
+        *,
+        now: datetime,
+    ) -> int:
+        """Record ``(external_id, error, not_before)`` transient failures of documents still
+        ``running`` under ``lease_token``: back to ``pending`` with ``error``, not claimed
+        before ``not_before`` (kept in ``lease_until``), when :meth:`release_expired_leases`
+        hands them back to be queued. Returns how many were written."""
+
     async def extend_leases(self, connector_id: str, lease_token: str, until: datetime) -> int:
         """Push back the lease of documents running under ``lease_token``."""
 
     async def release_expired_leases(self, now: datetime) -> list[tuple[str, str]]:
-        """Return ``running`` documents whose lease expired to ``pending``; their ids."""
+        """Return ``running`` documents whose lease expired to ``pending``, and end the wait
+        of ``pending`` documents retried (:meth:`retry_documents`) whose time has come;
+        the ids of both, to be queued."""
 
     async def fail_documents(
         self,

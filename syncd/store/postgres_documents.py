@@ -120,6 +120,29 @@ class PostgresDocuments:
             [latest[i][1] for i in ids],
         )
 
+    async def retry_documents(
+        self,
+        connector_id: str,
+        lease_token: str,
+        retries: Sequence[tuple[str, str, datetime]],
+        *,
+        now: datetime,
+    ) -> int:
+        """Transient failures back to pending, waiting (see ``Store.retry_documents``)."""
+        latest = {external_id: (error, until) for external_id, error, until in retries}
+        if not latest:
+            return 0
+        ids = sorted(latest)
+        return await self._db.execute(
+            sql.RETRY_DOCUMENTS,
+            connector_id,
+            lease_token,
+            now,
+            ids,
+            [latest[i][0] for i in ids],
+            [latest[i][1] for i in ids],
+        )
+
     async def extend_leases(self, connector_id: str, lease_token: str, until: datetime) -> int:
         """Push back the lease of documents running under ``lease_token``."""
         return await self._db.execute(sql.EXTEND_LEASES, connector_id, lease_token, until)
@@ -127,6 +150,7 @@ class PostgresDocuments:
     async def release_expired_leases(self, now: datetime) -> list[tuple[str, str]]:
         """Return running documents whose lease expired to ``pending``; their ids."""
         rows = await self._db.fetch_all(sql.RELEASE_EXPIRED_LEASES, now)
+        rows += await self._db.fetch_all(sql.RELEASE_DUE_RETRIES, now)
         return sorted((row[0], row[1]) for row in rows)
 
     async def fail_documents(

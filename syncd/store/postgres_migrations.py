@@ -260,4 +260,10 @@ ALTER TABLE connectors ADD COLUMN retry_at timestamptz;
 ALTER TABLE runs ADD COLUMN attempt integer NOT NULL DEFAULT 1;
 """,
     ),
+    (
+        11,
+        # Documents waiting to be retried (pending with a lease_until), found by the sweep.
+        "CREATE INDEX documents_retry_wait_idx ON documents (lease_until) "
+        "WHERE status = 'pending' AND lease_until IS NOT NULL;",
+    ),
 )

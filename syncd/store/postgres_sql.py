@@ -434,6 +434,8 @@ WITH c AS (
     CROSS JOIN LATERAL (
         SELECT p.external_id FROM documents AS p
         WHERE p.connector_id = $1 AND p.external_id = i.external_id AND p.status = 'pending'
+          -- a pending document with a lease_until waits to be retried until then
+          AND (p.lease_until IS NULL OR p.lease_until <= $5)
         FOR UPDATE
     ) AS l
 )
@@ -487,6 +489,41 @@ WITH c AS (
 UPDATE documents AS d SET lease_until = $3
 FROM c
 WHERE d.connector_id = $1 AND d.external_id = c.external_id"""
+
+# Documents whose transient failure is retried: pending again, with the error, waiting until
+# their lease_until; ids in order, one probe of the key each, as the finish.
+RETRY_DOCUMENTS: Final = """
+WITH c AS (
+    SELECT l.external_id, r.error, r.not_before
+    FROM (
+        SELECT * FROM unnest($4::text[], $5::text[], $6::timestamptz[])
+            AS t(external_id, error, not_before)
+        ORDER BY t.external_id COLLATE "C"
+    ) AS r
+    CROSS JOIN LATERAL (
+        SELECT p.external_id FROM documents AS p
+        WHERE p.connector_id = $1 AND p.external_id = r.external_id
+          AND p.status = 'running' AND p.lease_token = $2
+        FOR UPDATE
+    ) AS l
+)
+UPDATE documents AS d SET
+    status = 'pending', error = c.error, lease_token = NULL, lease_until = c.not_before,
+    updated_at = $3
+FROM c
+WHERE d.connector_id = $1 AND d.external_id = c.external_id"""
+
+RELEASE_DUE_RETRIES: Final = """
+WITH c AS (
+    SELECT connector_id, external_id FROM documents
+    WHERE status = 'pending' AND lease_until <= $1
+    ORDER BY connector_id, external_id
+    FOR UPDATE
+)
+UPDATE documents AS d SET lease_until = NULL, updated_at = $1
+FROM c
+WHERE d.connector_id = c.connector_id AND d.external_id = c.external_id
+RETURNING d.connector_id, d.external_id"""
 
 RELEASE_EXPIRED_LEASES: Final = """
 WITH c AS (

@@ -96,6 +96,7 @@ class SQLiteDocuments:
             encode_dt(now),
             connector_id,
             dump_json(list(external_ids)),
+            encode_dt(now),
         )
         documents = (document_from_row(r, with_payload=with_payload) for r in rows)
         claimed = {d.external_id: d for d in documents}
@@ -137,6 +138,27 @@ class SQLiteDocuments:
                 written += await tx.execute(sql.FINISH_DOCUMENTS, *args)
         return written
 
+    async def retry_documents(
+        self,
+        connector_id: str,
+        lease_token: str,
+        retries: Sequence[tuple[str, str, datetime]],
+        *,
+        now: datetime,
+    ) -> int:
+        """Transient failures back to pending, waiting (see ``Store.retry_documents``)."""
+        groups: dict[tuple[str, str | None], list[str]] = {}
+        for external_id, error, not_before in retries:
+            groups.setdefault((error, encode_dt(not_before)), []).append(external_id)
+        at = encode_dt(now)
+        written = 0
+        async with self._db.transaction() as tx:
+            for (error, until), ids in groups.items():
+                written += await tx.execute(
+                    sql.RETRY_DOCUMENTS, error, until, at, connector_id, dump_json(ids), lease_token
+                )
+        return written
+
     async def extend_leases(self, connector_id: str, lease_token: str, until: datetime) -> int:
         """Push back the lease of documents running under ``lease_token``."""
         return await self._db.execute(
@@ -149,6 +171,7 @@ class SQLiteDocuments:
         at = encode_dt(now)
         async with self._db.transaction() as tx:
             rows = await tx.fetch_all(sql.RELEASE_EXPIRED_LEASES, at, at)
+            rows += await tx.fetch_all(sql.RELEASE_DUE_RETRIES, at, at)
         return sorted((r[0], r[1]) for r in rows)
 
     async def fail_documents(

@@ -230,6 +230,14 @@ MIGRATIONS: tuple[Migration, ...] = (
             "ALTER TABLE runs ADD COLUMN attempt INTEGER NOT NULL DEFAULT 1",
         ),
     ),
+    # Documents waiting to be retried (pending with a lease_until), found by the sweep.
+    Migration(
+        11,
+        (
+            "CREATE INDEX documents_retry_wait ON documents (lease_until) "
+            "WHERE status = 'pending' AND lease_until IS NOT NULL",
+        ),
+    ),
 )
 
 

@@ -245,10 +245,12 @@ PENDING_DOCUMENTS_AFTER = (
     "SELECT connector_id, external_id FROM documents WHERE status = 'pending' "
     "AND (connector_id, external_id) > (?, ?) ORDER BY connector_id, external_id LIMIT ?"
 )
+# A pending document with a lease_until waits to be retried until then: not claimed yet.
 _DOCUMENT_CLAIM = (
     "UPDATE documents SET status = 'running', lease_token = ?, lease_until = ?, "
     "attempts = attempts + 1, updated_at = ? WHERE status = 'pending' AND connector_id = ? "
     "AND external_id IN (SELECT value FROM json_each(?)) "
+    "AND (lease_until IS NULL OR lease_until <= ?) "
 )
 CLAIM_DOCUMENTS = f"{_DOCUMENT_CLAIM}RETURNING {_DOCUMENT_COLUMNS}, payload"
 CLAIM_DOCUMENTS_NO_PAYLOAD = f"{_DOCUMENT_CLAIM}RETURNING {_DOCUMENT_COLUMNS}"
@@ -270,6 +272,16 @@ RELEASE_EXPIRED_LEASES = (
     "UPDATE documents SET status = 'pending', lease_token = NULL, lease_until = NULL, "
     "updated_at = ? WHERE status = 'running' AND lease_until <= ? "
     "RETURNING connector_id, external_id"
+)
+# Documents whose transient failure is retried: pending again, with the error, waiting.
+RETRY_DOCUMENTS = (
+    "UPDATE documents SET status = 'pending', error = ?1, lease_until = ?2, updated_at = ?3, "
+    "lease_token = NULL WHERE status = 'running' AND connector_id = ?4 "
+    "AND external_id IN (SELECT value FROM json_each(?5)) AND lease_token = ?6"
+)
+RELEASE_DUE_RETRIES = (
+    "UPDATE documents SET lease_until = NULL, updated_at = ? "
+    "WHERE status = 'pending' AND lease_until <= ? RETURNING connector_id, external_id"
 )
 FAIL_DOCUMENTS = (
     "UPDATE documents SET status = 'failed', error = ?, lease_token = NULL, "

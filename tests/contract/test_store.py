@@ -1035,6 +1035,52 @@ async def test_finish_documents_only_under_the_lease(store: Store) -> None:
     assert cdoc is not None and (cdoc.status, cdoc.error) == (DocStatus.FAILED, ABORTED_ERROR)
 
 
+async def test_retry_documents_wait_then_come_back_to_be_queued(store: Store) -> None:
+    c = await add_connector(store)
+    run_id = await start_run(store, c.id)
+    await commit(store, c, run_id, ("a", 1), ("b", 1), ("c", 1))
+    await store.claim_documents(c.id, ["a", "b", "c"], lease_token="L", lease_until=at(60), now=T0)
+
+    assert await store.retry_documents(c.id, "other", [("a", "HTTP 503", at(10))], now=at(1)) == 0
+    written = await store.retry_documents(
+        c.id,
+        "L",
+        [("a", "HTTP 503 (attempt 1 of 5; retrying)", at(10)), ("b", "timeout", at(20))],
+        now=at(1),
+    )
+    assert written == 2
+    a = await get_doc(store, c.id, "a")
+    assert (a.status, a.error, a.lease_token, a.lease_until, a.attempts) == (
+        DocStatus.PENDING,
+        "HTTP 503 (attempt 1 of 5; retrying)",
+        None,
+        at(10),
+        1,
+    )
+    counts = await store.document_counts(c.id)
+    assert (counts[DocStatus.PENDING], counts[DocStatus.RUNNING]) == (2, 1)
+    # Waiting: not claimed before its time, even when a queue entry asks for it.
+    assert (
+        await store.claim_documents(c.id, ["a"], lease_token="M", lease_until=at(60), now=at(5))
+        == []
+    )
+    # A retried document is no longer held by its old lease.
+    assert await store.finish_documents(c.id, "L", [("a", DocStatus.INDEXED, None)], now=at(6)) == 0
+
+    # The sweep ends the waits whose time has come (and only those), to be queued again.
+    assert await store.release_expired_leases(at(10)) == [(c.id, "a")]
+    assert (await get_doc(store, c.id, "a")).lease_until is None
+    assert await store.release_expired_leases(at(11)) == []
+    again = await store.claim_documents(
+        c.id, ["a", "b"], lease_token="M", lease_until=at(90), now=at(12)
+    )
+    assert [(d.external_id, d.attempts) for d in again] == [("a", 2)]
+    # A crawl that sees the document changed ends its wait: it is queued with the page.
+    await commit(store, c, run_id, ("b", 2))
+    b = await get_doc(store, c.id, "b")
+    assert (b.status, b.lease_until, b.attempts, b.error) == (DocStatus.PENDING, None, 0, None)
+
+
 async def test_finish_documents_batch_in_any_order_last_result_wins(store: Store) -> None:
     c = await add_connector(store)
     run_id = await start_run(store, c.id)

@@ -151,7 +151,12 @@ async def test_hanging_indexer_fails_each_document_once_with_index_timeout(
     hook.hold()  # never answers
     # One batch of 5 at 0.3 s a document: 1.5 s, longer than the lease.
     daemon = await start_daemon(
-        make_any_daemon, concurrency=1, batch_size=5, lease_seconds=1, index_timeout_seconds=0.3
+        make_any_daemon,
+        concurrency=1,
+        batch_size=5,
+        lease_seconds=1,
+        index_timeout_seconds=0.3,
+        max_attempts=1,  # one try: a timeout is transient, retried later by default
     )
     async with SourceServer(5, page_size=5) as source:
         cid = await webhook_connector(daemon, source, hook)

@@ -15,7 +15,8 @@ from tests.integration.sourceserver import SourceServer
 
 
 class Receiver:
-    """Accepts POSTs; answers 500 for the external ids listed in ``reject``."""
+    """Accepts POSTs; answers 422 (a refusal: final, never retried) for the external ids
+    listed in ``reject``."""
 
     def __init__(self) -> None:
         self.received: list[dict[str, Any]] = []
@@ -29,7 +30,7 @@ class Receiver:
         self.received.append(body)
         self.headers.append(dict(request.headers))
         if body["external_id"] in self.reject:
-            return web.json_response({"error": "nope"}, status=500)
+            return web.json_response({"error": "nope"}, status=422)
         return web.json_response({"ok": True}, status=202)
 
     async def start(self) -> None:
@@ -81,4 +82,4 @@ async def test_webhook_posts_each_document(
     assert {h["Authorization"] for h in receiver.headers} == {"Bearer hook-secret"}
     failed = await daemon.get_document(c.id, "item-00002")
     assert failed.status is DocStatus.FAILED and failed.error is not None
-    assert "500" in failed.error
+    assert "422" in failed.error

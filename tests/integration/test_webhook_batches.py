@@ -204,7 +204,8 @@ async def test_non_2xx_fails_every_document_of_its_post(
         return web.Response(status=204)
 
     sink.answer = answer
-    daemon = await started(make_any_daemon, concurrency=1, batch_size=20)
+    # One try: a 5xx is transient, retried later by default (test_document_retries.py).
+    daemon = await started(make_any_daemon, concurrency=1, batch_size=20, max_attempts=1)
     async with SourceServer(25, page_size=25) as source:
         cid = await connector(daemon, source, sink, batch_size=5)
         await sync(daemon, cid)
@@ -292,7 +293,9 @@ async def test_batch_call_past_the_index_timeout_fails_its_documents_once(
     make_any_daemon: DaemonFactory, sink: Sink
 ) -> None:
     sink.hold()
-    daemon = await started(make_any_daemon, concurrency=1, batch_size=10, index_timeout_seconds=0.3)
+    daemon = await started(
+        make_any_daemon, concurrency=1, batch_size=10, index_timeout_seconds=0.3, max_attempts=1
+    )
     async with SourceServer(10, page_size=10) as source:
         cid = await connector(daemon, source, sink, batch_size=10)
         await sync(daemon, cid)

@@ -266,7 +266,7 @@ def test_unknown_key() -> None:
     assert error.key == "workers.concurency"
     assert error.message == (
         "unknown key (expected one of: concurrency, index_timeout_seconds, lease_seconds, "
-        "batch_size)"
+        "batch_size, max_attempts, retry_backoff_seconds)"
     )
 
 

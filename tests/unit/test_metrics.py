@@ -467,6 +467,7 @@ def test_the_example_alert_rules_use_exported_metrics_and_pass_promtool() -> Non
         "SyncdConnectorInError",
         "SyncdSyncRunningTooLong",
         "SyncdIndexerFailing",
+        "SyncdDeadLettersGrowing",
         "SyncdQueueGrowing",
         "SyncdEventLoopStalled",
     }
@@ -480,7 +481,7 @@ def test_the_example_alert_rules_use_exported_metrics_and_pass_promtool() -> Non
         ["promtool", "check", "rules", str(ALERTS)], capture_output=True, timeout=30
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert b"SUCCESS: 5 rules found" in result.stdout
+    assert b"SUCCESS: 6 rules found" in result.stdout
 
 
 def lag_gauge(metrics: Metrics) -> float:
