@@ -30,7 +30,7 @@ from typing import Any
 
 import structlog
 
-from syncd.errors import QueueError, SyncdError
+from syncd.errors import QueueError, QueueUnavailable, StoreUnavailable, SyncdError
 from syncd.indexers.base import Indexer
 from syncd.indexing.batch import Result, Tally, run_indexer
 from syncd.indexing.maintenance import Maintenance
@@ -169,8 +169,9 @@ class Workers:
     async def _worker(self) -> None:
         me = asyncio.current_task()
         assert me is not None
-        # This worker's view of a store or queue outage: the next wait, logged once.
-        outage = Outage(self._outage)
+        # This worker's view of an outage of the queue and of the store, each its own: the
+        # queue answering a pop says nothing of the store.
+        queue_outage, store_outage = Outage(self._outage), Outage(self._outage)
         while not self._stopping.is_set():
             await self._pacer.turn()
             if self._stopping.is_set():
@@ -179,7 +180,7 @@ class Workers:
             try:
                 batch = await self._queue.pop(self._batch_size, self._poll_timeout)
             except UNAVAILABLE as exc:
-                await self._back_off(outage, exc)
+                await self._back_off(queue_outage, exc)
                 continue
             except SyncdError as exc:
                 log.warning("worker.queue_unavailable", error=str(exc))
@@ -187,15 +188,17 @@ class Workers:
                 continue
             finally:
                 self._waiting.discard(me)
-            self._recovered(outage)
+            self._recovered(queue_outage)
             if batch is None:
                 continue
             try:
                 await self._handle(batch)
-            except UNAVAILABLE as exc:
+            except StoreUnavailable as exc:
                 # The batch was handed back (or is rebuilt from the store): wait for the
-                # backend instead of taking the next batch into the same outage.
-                await self._back_off(outage, exc)
+                # store instead of taking the next batch into the same outage.
+                await self._back_off(store_outage, exc)
+            except QueueUnavailable as exc:
+                await self._back_off(queue_outage, exc)
             except Exception as exc:
                 # One batch never ends a worker. The store is the truth: the batch was handed
                 # back, and documents not recorded come back through the lease sweeper.
@@ -206,6 +209,8 @@ class Workers:
                     exc_info=not isinstance(exc, SyncdError),
                 )
                 await self._pause()
+            else:
+                self._recovered(store_outage)
 
     async def _pause(self, seconds: float | None = None) -> None:
         with contextlib.suppress(TimeoutError):
@@ -236,6 +241,7 @@ class Workers:
         indexer: Indexer | None = None
         problem: str | None = None
         deletes = False
+        claiming = False
         try:
             connector = await self._store.get_connector(cid)
             if connector is None or connector.status is ConnectorStatus.DELETING:
@@ -252,6 +258,7 @@ class Workers:
                 # failed with the reason, visible and re-queueable once it is fixed.
                 problem = f"Indexer unavailable: {exc}"[:500]
             now = utcnow()
+            claiming = True
             docs = await self._store.claim_documents(
                 cid,
                 batch.external_ids,
@@ -263,8 +270,9 @@ class Workers:
         except Exception:
             # Nothing was indexed: give back what this token may hold (a claim can commit
             # with its answer lost) and the batch, or its documents would stay pending with
-            # no queue entry until the next start.
-            await self._hand_back(batch, token)
+            # no queue entry until the next start. Before the claim this token holds nothing
+            # (and a store that is away could not release anything anyway).
+            await self._hand_back(batch, token, claimed=claiming)
             raise
         if indexer is None:
             await self._queue.ack(batch)
@@ -396,9 +404,10 @@ class Workers:
         job.task.cancel()
         return 1
 
-    async def _hand_back(self, batch: Batch, token: str) -> None:
+    async def _hand_back(self, batch: Batch, token: str, *, claimed: bool = True) -> None:
         cid = batch.connector_id
-        await self._release(cid, token)
+        if claimed:
+            await self._release(cid, token)
         with self._maintenance.rebuild_on_failure("worker.handback_failed", connector_id=cid):
             await self._queue.push(cid, batch.external_ids)
             await self._queue.ack(batch)

@@ -314,7 +314,8 @@ class SyncEngine:
             async for page in pages:
                 # The wait (if any) that preceded this page is over; the next one, for the
                 # page after, may start while this one commits.
-                if handle.waiting is not None:
+                # (A wait for the store or queue belongs to the commit, not to the fetch.)
+                if handle.waiting is not None and handle.waiting.reason not in _OUTAGE_REASONS:
                     handle.waiting = None
                     handle.wake.set()  # show it at once, not at the next heartbeat
                 records: list[Any] = page.records
@@ -396,15 +397,19 @@ class SyncEngine:
             if handle.token.cancelled:
                 raise Aborted()
 
+        reasons: set[WaitReason] = set()  # logged once per call and backend
+
         def waiting(reason: WaitReason, seconds: float) -> None:
-            if handle.waiting is None or handle.waiting.reason is not reason:
+            if reason not in reasons:
+                reasons.add(reason)
                 log.warning("sync.backend_unavailable", waiting=str(reason))
             self._on_wait(handle, reason, seconds)
 
         def recovered(lasted: float) -> None:
             log.info("sync.backend_back", outage_seconds=round(lasted, 3))
-            handle.waiting = None
-            handle.wake.set()  # the heartbeat writes the end of the wait at once
+            if handle.waiting is not None and handle.waiting.reason in _OUTAGE_REASONS:
+                handle.waiting = None
+                handle.wake.set()  # the heartbeat writes the end of the wait at once
 
         return await ride_out(
             call, policy=self._outage, sleep=sleep, on_wait=waiting, on_recovered=recovered
