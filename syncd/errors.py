@@ -120,6 +120,23 @@ class QueueError(BackendError):
     """The work queue failed."""
 
 
+class StoreUnavailable(StoreError):
+    """The store cannot be reached now: the connection was refused or lost, the server is
+    starting or shutting down, or (SQLite) the file stayed locked beyond ``busy_timeout`` or is
+    read-only. The same call may succeed later; syncd waits such outages out (bounded by
+    ``[sync] outage_seconds``) instead of failing the work."""
+
+
+class QueueUnavailable(QueueError):
+    """The queue cannot be reached now (connection refused, lost or timed out, a server still
+    loading its data). The same call may succeed later (see :class:`StoreUnavailable`)."""
+
+
+class OutageTooLong(BackendError):
+    """A store or queue stayed unavailable longer than ``[sync] outage_seconds``; the message
+    names the backend, the budget and the last error."""
+
+
 class NameConflict(SyncdError):
     """A connector with this name already exists."""
 

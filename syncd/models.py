@@ -77,6 +77,9 @@ class WaitReason(StrEnum):
     RETRY_AFTER = "retry_after"
     THROTTLE = "throttle"
     HOST_COOLDOWN = "host_cooldown"
+    # The store or the queue cannot be reached: the run waits for it (``[sync] outage_seconds``).
+    STORE_UNAVAILABLE = "store_unavailable"
+    QUEUE_UNAVAILABLE = "queue_unavailable"
 
 
 ABORTED_ERROR = "Aborted"

@@ -13,6 +13,7 @@ from typing import Any
 
 from aiohttp import web
 
+from syncd.models import WaitReason
 from syncd.service.cursors import CURSOR_MAX_LENGTH, CURSOR_PATTERN
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -200,9 +201,7 @@ SCHEMAS: dict[str, Any] = {
                     {"type": "null"},
                     _object(
                         {
-                            "reason": {
-                                "enum": ["backoff", "retry_after", "throttle", "host_cooldown"]
-                            },
+                            "reason": {"enum": [m.value for m in WaitReason]},
                             "until": {"type": "string", "format": "date-time"},
                         }
                     ),

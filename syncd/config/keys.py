@@ -282,6 +282,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "retry_on_status": Key(_status_list_check, _status_list_from_text),
         "heartbeat_seconds": _number_key(0, strict=True),
         "max_concurrent_runs": _int_key(1),
+        "outage_seconds": _number_key(0, strict=True, maximum=86400),
     },
     "daemon": {"instance_id": _NON_EMPTY, "grace_seconds": _number_key(0, strict=False)},
 }

@@ -126,7 +126,8 @@ class MetricsConfig:
 
 @dataclass(frozen=True)
 class SyncConfig:
-    """``[sync]``: defaults of a connector's paginator keys and the run heartbeat period.
+    """``[sync]``: defaults of a connector's paginator keys, the run heartbeat period, and how
+    long a store or queue outage is waited out.
 
     The built-in paginator defaults are :data:`syncd.models.DEFAULT_PAGINATOR`'s.
     """
@@ -138,6 +139,9 @@ class SyncConfig:
     heartbeat_seconds: float = 1.0
     # Runs one instance executes at once; more wait their turn (due or queued), oldest first.
     max_concurrent_runs: int = 32
+    # Continuous seconds a run (or a worker) waits for an unavailable store or queue before
+    # it fails (issue 23).
+    outage_seconds: float = 60.0
 
     @property
     def paginator(self) -> PaginatorSettings:

@@ -47,6 +47,7 @@ from syncd.pipeline.builder import SourceBuilder
 from syncd.pipeline.engine import SyncEngine
 from syncd.plugins import IndexerKind, Indexers, Registry, SourceKind
 from syncd.queue import WorkQueue, open_queue
+from syncd.runtime.outage import OutagePolicy
 from syncd.runtime.pacing import Pacer
 from syncd.runtime.tasks import Supervisor
 from syncd.scheduler import Scheduler
@@ -235,6 +236,8 @@ class Daemon(EmbeddingApi):
             self.changes.record(connector_id)  # the `deleted` event
 
         self.maintenance = Maintenance(store=self.store, queue=self.queue, on_deleted=deleted)
+        # How long runs and workers wait out an unavailable store or queue (issue 23).
+        outage = OutagePolicy(budget=cfg.sync.outage_seconds)
         sources = SourceBuilder(store=self.store, transport=self.transport, registry=self.registry)
         self.engine = SyncEngine(
             store=self.store,
@@ -246,6 +249,7 @@ class Daemon(EmbeddingApi):
             maintenance=self.maintenance,
             on_change=notify,
             pacer=self.pacer,
+            outage=outage,
         )
         self.admission = Admission(
             self.engine,
@@ -268,6 +272,7 @@ class Daemon(EmbeddingApi):
             maintenance=self.maintenance,
             on_change=notify,
             pacer=self.pacer,
+            outage=outage,
         )
         self.scheduler = Scheduler(
             store=self.store,
@@ -308,6 +313,7 @@ class Daemon(EmbeddingApi):
             render_connector=views.connector_json,
             render_run=views.run_json,
             heartbeat_seconds=cfg.api.events_heartbeat_seconds,
+            overlay=self.engine.overlay,
         )
         self.instances = Instances(
             store=self.store,

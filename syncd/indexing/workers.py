@@ -30,7 +30,7 @@ from typing import Any
 
 import structlog
 
-from syncd.errors import SyncdError
+from syncd.errors import QueueError, QueueUnavailable, StoreUnavailable, SyncdError
 from syncd.indexers.base import Indexer
 from syncd.indexing.batch import Result, Tally, run_indexer
 from syncd.indexing.maintenance import Maintenance
@@ -40,6 +40,7 @@ from syncd.plugins import IndexerKind
 from syncd.queue.base import Batch, WorkQueue
 from syncd.rules.documents import split_retries
 from syncd.rules.shape import is_costly, shaped
+from syncd.runtime.outage import UNAVAILABLE, Outage, OutagePolicy, ride_out
 from syncd.runtime.pacing import Pacer
 from syncd.runtime.tasks import cancel_and_wait
 from syncd.service.changes import Notify
@@ -99,8 +100,11 @@ class Workers:
         on_change: Notify | None = None,
         deleted_retention: timedelta | None = None,
         pacer: Pacer | None = None,
+        outage: OutagePolicy | None = None,
     ) -> None:
         self._store = store
+        # A store or queue outage is waited out with the runs' backoff, never spun on.
+        self._outage = outage or OutagePolicy()
         # A worker takes its next batch once the API's requests in flight are served.
         self._pacer = pacer or Pacer()
         self._deleted_retention = deleted_retention
@@ -172,6 +176,9 @@ class Workers:
     async def _worker(self) -> None:
         me = asyncio.current_task()
         assert me is not None
+        # This worker's view of an outage of the queue and of the store, each its own: the
+        # queue answering a pop says nothing of the store.
+        queue_outage, store_outage = Outage(self._outage), Outage(self._outage)
         while not self._stopping.is_set():
             await self._pacer.turn()
             if self._stopping.is_set():
@@ -179,16 +186,26 @@ class Workers:
             self._waiting.add(me)
             try:
                 batch = await self._queue.pop(self._batch_size, self._poll_timeout)
+            except UNAVAILABLE as exc:
+                await self._back_off(queue_outage, exc)
+                continue
             except SyncdError as exc:
                 log.warning("worker.queue_unavailable", error=str(exc))
                 await self._pause()
                 continue
             finally:
                 self._waiting.discard(me)
+            self._recovered(queue_outage)
             if batch is None:
                 continue
             try:
                 await self._handle(batch)
+            except StoreUnavailable as exc:
+                # The batch was handed back (or is rebuilt from the store): wait for the
+                # store instead of taking the next batch into the same outage.
+                await self._back_off(store_outage, exc)
+            except QueueUnavailable as exc:
+                await self._back_off(queue_outage, exc)
             except Exception as exc:
                 # One batch never ends a worker. The store is the truth: the batch was handed
                 # back, and documents not recorded come back through the lease sweeper.
@@ -199,10 +216,31 @@ class Workers:
                     exc_info=not isinstance(exc, SyncdError),
                 )
                 await self._pause()
+            else:
+                self._recovered(store_outage)
 
-    async def _pause(self) -> None:
+    async def _pause(self, seconds: float | None = None) -> None:
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._stopping.wait(), self._poll_timeout)
+            await asyncio.wait_for(
+                self._stopping.wait(), self._poll_timeout if seconds is None else seconds
+            )
+
+    async def _back_off(self, outage: Outage, exc: Exception) -> None:
+        """Wait before the next attempt at a backend that is unavailable (capped exponential
+        backoff, interrupted by a stop); a worker never gives up on its backends."""
+        if not outage.active:
+            log.warning("worker.backend_unavailable", error=str(exc))
+        try:
+            delay = outage.failed(exc)
+        except SyncdError:
+            # Past the budget: keep waiting at the cap (a worker has nothing to fail).
+            delay = self._outage.backoff.cap
+        await self._pause(delay)
+
+    def _recovered(self, outage: Outage) -> None:
+        lasted = outage.recovered()
+        if lasted is not None:
+            log.info("worker.backend_back", outage_seconds=round(lasted, 3))
 
     async def _handle(self, batch: Batch) -> None:
         cid = batch.connector_id
@@ -210,6 +248,7 @@ class Workers:
         indexer: Indexer | None = None
         problem: str | None = None
         deletes = False
+        claiming = False
         try:
             connector = await self._store.get_connector(cid)
             if connector is None or connector.status is ConnectorStatus.DELETING:
@@ -226,6 +265,7 @@ class Workers:
                 # failed with the reason, visible and re-queueable once it is fixed.
                 problem = f"Indexer unavailable: {exc}"[:500]
             now = utcnow()
+            claiming = True
             docs = await self._store.claim_documents(
                 cid,
                 batch.external_ids,
@@ -237,8 +277,9 @@ class Workers:
         except Exception:
             # Nothing was indexed: give back what this token may hold (a claim can commit
             # with its answer lost) and the batch, or its documents would stay pending with
-            # no queue entry until the next start.
-            await self._hand_back(batch, token)
+            # no queue entry until the next start. Before the claim this token holds nothing
+            # (and a store that is away could not release anything anyway).
+            await self._hand_back(batch, token, claimed=claiming)
             raise
         if indexer is None:
             await self._queue.ack(batch)
@@ -274,7 +315,13 @@ class Workers:
         active = self._active.setdefault(cid, set())
         active.add(job)
         try:
-            await self._queue.ack(batch)
+            try:
+                await self._queue.ack(batch)
+            except QueueError as exc:
+                # Harmless: the queue hands an unacknowledged batch back after its deadline,
+                # and claiming its documents then finds none pending. Cancelling the indexing
+                # instead would deliver documents a second time.
+                log.warning("worker.ack_failed", connector_id=cid, error=str(exc))
             await self._keep(job)
         except BaseException:
             # Shutdown, or the store lost: keep what is done, give back the rest. Forgotten
@@ -311,6 +358,7 @@ class Workers:
         renew_every = self._lease_seconds / 3
         tick = min(FLUSH_SECONDS, renew_every)
         renew_at = loop.time() + renew_every
+        failing = False
         while True:
             # asyncio.wait does not propagate the task's own cancellation (an abort), only
             # this worker's.
@@ -324,11 +372,21 @@ class Workers:
                     renew_at = loop.time() + renew_every
             except SyncdError as exc:
                 # Tried again at the next tick: renewals are due well before the lease ends.
-                log.warning("worker.record_failed", connector_id=job.connector_id, error=str(exc))
+                # An outage is logged once, not once a tick.
+                if not failing:
+                    log.warning(
+                        "worker.record_failed", connector_id=job.connector_id, error=str(exc)
+                    )
+                failing = True
+            else:
+                failing = False
         if job.task.cancelled():
             return  # taken away: its results would be refused
         job.task.result()  # re-raise what the indexing task did not catch
-        await self._record(job)
+        # The documents were delivered: their results wait for an unavailable store (up to the
+        # outage budget) rather than leave them `running` until the lease expires and have
+        # them delivered again.
+        await ride_out(lambda: self._record(job), policy=self._outage)
 
     async def _record(self, job: _Job) -> None:
         """Write the results produced so far (refused for documents no longer held)."""
@@ -371,9 +429,10 @@ class Workers:
         job.task.cancel()
         return 1
 
-    async def _hand_back(self, batch: Batch, token: str) -> None:
+    async def _hand_back(self, batch: Batch, token: str, *, claimed: bool = True) -> None:
         cid = batch.connector_id
-        await self._release(cid, token)
+        if claimed:
+            await self._release(cid, token)
         with self._maintenance.rebuild_on_failure("worker.handback_failed", connector_id=cid):
             await self._queue.push(cid, batch.external_ids)
             await self._queue.ack(batch)

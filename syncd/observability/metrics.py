@@ -157,7 +157,8 @@ class Metrics:
         )
         self.backoff_seconds = Counter(
             "syncd_backoff_seconds",
-            "Seconds sync runs spent waiting, by reason (backoff, retry_after, throttle).",
+            "Seconds sync runs spent waiting, by reason (backoff, retry_after, throttle, "
+            "host_cooldown, store_unavailable, queue_unavailable).",
             ["reason"],
             registry=registry,
         )

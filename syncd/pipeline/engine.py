@@ -11,15 +11,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
+import dataclasses
+import functools
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import structlog
 
 from syncd import rules
-from syncd.errors import Aborted, Fenced, NotFound, SyncdError
+from syncd.errors import Aborted, Fenced, NotFound, StoreUnavailable, SyncdError
 from syncd.http.paginator import AsyncCursorPaginator, CancelToken
 from syncd.indexing.maintenance import Maintenance
 from syncd.models import (
@@ -42,12 +44,18 @@ from syncd.pipeline.pages import CursorRejected, PreparedPage, checkpoint, guard
 from syncd.pipeline.prepare import Preparer
 from syncd.plugins import Registry
 from syncd.queue.base import WorkQueue
+from syncd.runtime.outage import DEFAULT_BACKOFF, OutagePolicy, ride_out
 from syncd.runtime.pacing import Pacer
 from syncd.runtime.tasks import cancel_and_wait
 from syncd.service.changes import Notify
 from syncd.store.base import Store
 
 log = structlog.get_logger("syncd.pipeline.engine")
+
+T = TypeVar("T")
+
+#: The waits shown from this instance's memory when the store cannot record them.
+_OUTAGE_REASONS = frozenset({WaitReason.STORE_UNAVAILABLE, WaitReason.QUEUE_UNAVAILABLE})
 
 
 @dataclass(eq=False)
@@ -87,8 +95,11 @@ class SyncEngine:
         maintenance: Maintenance,
         on_change: Notify | None = None,
         pacer: Pacer | None = None,
+        outage: OutagePolicy | None = None,
     ) -> None:
         self._store = store
+        # How long, and how, a run waits for an unavailable store or queue (issue 23).
+        self._outage = outage or OutagePolicy()
         self._queue = queue
         self._sources = sources
         self._registry = registry
@@ -139,6 +150,23 @@ class SyncEngine:
         handle.task = asyncio.create_task(
             self._run(connector, handle), name=f"sync:{connector.id}:{connector.run_id}"
         )
+
+    def outage_wait(self, connector_id: str) -> Waiting | None:
+        """The store or queue outage this instance's run of the connector waits out, if any.
+
+        A wait for the store cannot be written to the store: this instance shows it from
+        memory (its API overlays it on the stored connector) until the store is back."""
+        handle = self._runs.get(connector_id)
+        waiting = None if handle is None else handle.waiting
+        return waiting if waiting is not None and waiting.reason in _OUTAGE_REASONS else None
+
+    def overlay(self, connector: Connector) -> Connector:
+        """``connector`` as read from the store, with the outage wait of this instance's run
+        of it (see :meth:`outage_wait`), which the store may not have been able to record."""
+        waiting = self.outage_wait(connector.id)
+        if waiting is None or connector.run_id != self._runs[connector.id].run_id:
+            return connector
+        return dataclasses.replace(connector, waiting=waiting)
 
     def abort_local(self, connector_id: str, run_id: str | None = None) -> bool:
         """Set the cancel token of this instance's run of the connector, if it runs here."""
@@ -227,12 +255,15 @@ class SyncEngine:
         cid = connector.id
         # Documents failed by an abort are re-enqueued whether or not their pages come again.
         # Fenced by this run: a run aborted before it gets here re-queues nothing.
-        requeued = await self._store.requeue_documents(
-            cid, error=ABORTED_ERROR, now=utcnow(), run_id=handle.run_id
+        requeued = await self._ride_out(
+            handle,
+            lambda: self._store.requeue_documents(
+                cid, error=ABORTED_ERROR, now=utcnow(), run_id=handle.run_id
+            ),
         )
         if requeued:
             with self._maintenance.rebuild_on_failure():
-                await self._queue.push(cid, requeued)
+                await self._ride_out(handle, lambda: self._queue.push(cid, requeued))
         resuming = connector.resume_cursor is not None
         # Why this run starts over instead of resuming, recorded on the run with its first
         # page (e.g. a PATCH changed the source).
@@ -283,7 +314,8 @@ class SyncEngine:
             async for page in pages:
                 # The wait (if any) that preceded this page is over; the next one, for the
                 # page after, may start while this one commits.
-                if handle.waiting is not None:
+                # (A wait for the store or queue belongs to the commit, not to the fetch.)
+                if handle.waiting is not None and handle.waiting.reason not in _OUTAGE_REASONS:
                     handle.waiting = None
                     handle.wake.set()  # show it at once, not at the next heartbeat
                 records: list[Any] = page.records
@@ -314,34 +346,74 @@ class SyncEngine:
         items: AsyncIterator[PreparedPage],
         indexed_on_commit: bool,
     ) -> None:
-        cid, run_id = connector.id, handle.run_id
+        cid = connector.id
         async for item in items:
             self._metrics.pages.inc()
             await self._pacer.turn()
-            ids = await self._store.commit_page(
-                cid,
-                run_id,
-                item.documents,
-                next_cursor=item.next_cursor,
-                source_state=rules.page_state(connector, item.state),
-                now=utcnow(),
-                indexed=indexed_on_commit,
-                rejected=item.rejected,
-                note=handle.note,
-                crawl=handle.crawl,
-                deletions=item.deletions,
-                delete_at_once=handle.delete_at_once,
+            # The page and its checkpoint in one transaction: retried as a whole while the
+            # store is unavailable (the upserts are idempotent, the checkpoint is fenced).
+            ids = await self._ride_out(
+                handle, functools.partial(self._commit, connector, handle, item, indexed_on_commit)
             )
             handle.note = None
             if ids and not indexed_on_commit:
                 # Committed as pending: if not queued, the queue is rebuilt from the store, or
-                # a re-sync would leave these unchanged documents unqueued; the run fails.
+                # a re-sync would leave these unchanged documents unqueued; the run fails once
+                # the queue stays unavailable beyond the outage budget.
                 with self._maintenance.rebuild_on_failure():
-                    await self._queue.push(cid, ids)
+                    await self._ride_out(handle, functools.partial(self._queue.push, cid, ids))
             if self._on_change is not None:
                 await self._on_change(cid)
             # On a graceful stop the token is set: the next fetch raises Aborted, but pages
             # already fetched are still committed first, so the run resumes after them.
+
+    async def _commit(
+        self, connector: Connector, handle: _Handle, item: PreparedPage, indexed_on_commit: bool
+    ) -> list[str]:
+        """One page's documents and checkpoint, in one store transaction (fenced)."""
+        return await self._store.commit_page(
+            connector.id,
+            handle.run_id,
+            item.documents,
+            next_cursor=item.next_cursor,
+            source_state=rules.page_state(connector, item.state),
+            now=utcnow(),
+            indexed=indexed_on_commit,
+            rejected=item.rejected,
+            note=handle.note,
+            crawl=handle.crawl,
+            deletions=item.deletions,
+            delete_at_once=handle.delete_at_once,
+        )
+
+    async def _ride_out(self, handle: _Handle, call: Callable[[], Awaitable[T]]) -> T:
+        """``call()``, waiting out an unavailable store or queue (see
+        :mod:`syncd.runtime.outage`); the run's cancel token ends the wait at once."""
+
+        async def sleep(seconds: float) -> None:
+            if not handle.token.cancelled:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(handle.token.wait(), seconds)
+            if handle.token.cancelled:
+                raise Aborted()
+
+        reasons: set[WaitReason] = set()  # logged once per call and backend
+
+        def waiting(reason: WaitReason, seconds: float) -> None:
+            if reason not in reasons:
+                reasons.add(reason)
+                log.warning("sync.backend_unavailable", waiting=str(reason))
+            self._on_wait(handle, reason, seconds)
+
+        def recovered(lasted: float) -> None:
+            log.info("sync.backend_back", outage_seconds=round(lasted, 3))
+            if handle.waiting is not None and handle.waiting.reason in _OUTAGE_REASONS:
+                handle.waiting = None
+                handle.wake.set()  # the heartbeat writes the end of the wait at once
+
+        return await ride_out(
+            call, policy=self._outage, sleep=sleep, on_wait=waiting, on_recovered=recovered
+        )
 
     def _on_wait(self, handle: _Handle, reason: WaitReason, seconds: float) -> None:
         handle.waiting = Waiting(reason, utcnow() + timedelta(seconds=seconds))
@@ -358,6 +430,7 @@ class SyncEngine:
 
     async def _heartbeat(self, handle: _Handle) -> None:
         """Report liveness and waits; a refused report means the run was aborted elsewhere."""
+        failing = False
         while not handle.token.cancelled:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(handle.wake.wait(), self._heartbeat_seconds)
@@ -365,8 +438,12 @@ class SyncEngine:
             try:
                 await self._report(handle)
             except SyncdError as exc:
-                log.warning("sync.heartbeat_failed", error=str(exc))
+                # Tried again every period; an outage is logged once, not once a period.
+                if not (failing and isinstance(exc, StoreUnavailable)):
+                    log.warning("sync.heartbeat_failed", error=str(exc))
+                failing = True
             else:
+                failing = False
                 if self._on_change is not None:
                     await self._on_change(handle.connector_id)
 
@@ -392,7 +469,7 @@ class SyncEngine:
                 delete_at_once=handle.delete_at_once,
             )
 
-        delay = 0.1
+        attempt = 0
         pruned = PruneResult()
         while True:
             try:
@@ -415,9 +492,14 @@ class SyncEngine:
                 if handle.stopping:
                     log.error("sync.end_not_recorded", outcome=outcome, error=str(exc))
                     return
-                log.warning("sync.end_retry", outcome=outcome, error=str(exc))
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 5.0)
+                if attempt == 0:
+                    log.warning("sync.end_retry", outcome=outcome, error=str(exc))
+                # Capped at 0.5 s: the end state lands at most that long after the store is
+                # back, so a dead run does not read `running` for seconds.
+                await asyncio.sleep(DEFAULT_BACKOFF.delay(attempt))
+                attempt += 1
+        if attempt:
+            log.info("sync.end_recorded", outcome=outcome, attempts=attempt + 1)
         self._metrics.runs.labels(trigger=str(handle.trigger), outcome=str(outcome)).inc()
         await self._ended(handle, outcome)
         await self._pruned(cid, pruned)

@@ -60,9 +60,11 @@ import structlog
 from redis.asyncio.client import PubSub
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialWithJitterBackoff, NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from syncd.errors import ConfigError, QueueError
+from syncd.errors import ConfigError, QueueError, QueueUnavailable
 from syncd.queue.base import Batch, Broadcast, QueueState, Signal, Subscription, wait_event
 from syncd.runtime.tasks import cancel_and_wait
 
@@ -82,6 +84,9 @@ _RETRY = Retry(ExponentialWithJitterBackoff(cap=1.0, base=0.1), retries=4)
 # A readiness probe asks once: retries would hide an outage behind a second of backoff.
 _PROBE_RETRY = Retry(NoBackoff(), retries=0)
 _DRIVER_ERRORS = (RedisError, OSError)
+# Errors of a server that may answer later (refused, lost or timed out; BusyLoadingError, a
+# server still loading its data, is a ConnectionError).
+_UNAVAILABLE = (RedisConnectionError, RedisTimeoutError, OSError)
 
 _PUSH = """
 -- KEYS[1] ring, KEYS[2] the connector's list
@@ -576,7 +581,8 @@ class RedisQueue:
 
     def _error(self, action: str, exc: BaseException) -> QueueError:
         detail = self._scrub(str(exc)) or type(exc).__name__
-        return QueueError(f"Redis queue at {self._where}: {action} failed: {detail}")
+        error = QueueUnavailable if isinstance(exc, _UNAVAILABLE) else QueueError
+        return error(f"Redis queue at {self._where}: {action} failed: {detail}")
 
 
 async def _stop(task: asyncio.Task[None] | None) -> None:

@@ -165,8 +165,11 @@ class EventHub:
         ring_size: int = RING_SIZE,
         linger_seconds: float = LINGER_SECONDS,
         clock: Callable[[], float] = time.monotonic,
+        overlay: Callable[[Connector], Connector] | None = None,
     ) -> None:
         self._store = store
+        # What this instance knows of a connector that the store may not (an outage wait).
+        self._overlay = overlay
         self._queue = queue
         self._owner = owner
         self._render_connector = render_connector
@@ -331,6 +334,8 @@ class EventHub:
             self._send(EVENT_CONNECTOR, cid, data)
 
     def _connector_data(self, connector: Connector, counts: dict[DocStatus, int]) -> str:
+        if self._overlay is not None:
+            connector = self._overlay(connector)
         return _dumps(self._render_connector(connector, counts))
 
     def _send(self, kind: str, cid: str, data: str) -> None:

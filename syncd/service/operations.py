@@ -126,7 +126,7 @@ class ConnectorService:
         c = await self._store.get_connector(connector_id)
         if c is None:
             raise NotFound()
-        return c
+        return self._engine.overlay(c)
 
     async def get_connector_with_counts(
         self, connector_id: str
@@ -135,7 +135,7 @@ class ConnectorService:
         found = await self._store.get_connector_with_counts(connector_id)
         if found is None:
             raise NotFound()
-        return found
+        return self._engine.overlay(found[0]), found[1]
 
     async def list_connectors_with_counts(
         self,
@@ -145,9 +145,12 @@ class ConnectorService:
         cursor: str | None = None,
     ) -> tuple[list[tuple[Connector, dict[DocStatus, int]]], str | None]:
         """:meth:`list_connectors` with each connector's document counts (one store read)."""
-        rows = await self._store.list_connectors_with_counts(
-            status=status, limit=limit + 1, after=decode_cursor(cursor)
-        )
+        rows = [
+            (self._engine.overlay(c), counts)
+            for c, counts in await self._store.list_connectors_with_counts(
+                status=status, limit=limit + 1, after=decode_cursor(cursor)
+            )
+        ]
         return _page(rows, limit, lambda row: row[0].id)
 
     async def list_connectors(

@@ -22,7 +22,7 @@ from urllib.parse import unquote, urlsplit
 import asyncpg
 import orjson
 
-from syncd.errors import NameConflict, StoreError
+from syncd.errors import NameConflict, StoreError, StoreUnavailable
 from syncd.store import codec
 from syncd.store import postgres_migrations as schema
 from syncd.store import postgres_sql as sql
@@ -64,6 +64,17 @@ _STATEMENT_NAMES: Final = {
     for name, text in vars(sql).items()
     if name.isupper() and not name.startswith("_") and isinstance(text, str)
 }
+
+
+def _unavailable(action: str, exc: BaseException) -> bool:
+    """Whether ``exc`` means the server cannot be reached now, so that the same call may go
+    through later: refused, lost or timed-out connections, a server starting or shutting down,
+    and the driver's state errors on a connection cut in the middle of an operation."""
+    if action == "connect" or isinstance(exc, (*_CONNECTION_LOST, OSError)):
+        return True
+    if isinstance(exc, asyncpg.InternalClientError):
+        return True  # "cannot switch to state …": a connection cut mid-operation
+    return isinstance(exc, asyncpg.InterfaceError) and "closed" in str(exc)
 
 
 def _statement_name(query: str) -> str:
@@ -365,7 +376,8 @@ class PostgresDatabase:
                 raise NameConflict("Connector name already exists") from exc
             raise StoreError(self._describe(action, exc)) from exc
         except _DRIVER_ERRORS + also as exc:
-            raise StoreError(self._describe(action, exc)) from exc
+            error = StoreUnavailable if _unavailable(action, exc) else StoreError
+            raise error(self._describe(action, exc)) from exc
 
     def _describe(self, action: str, exc: BaseException) -> str:
         detail = str(exc) or type(exc).__name__

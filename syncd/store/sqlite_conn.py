@@ -44,7 +44,7 @@ from typing import Any, TypeVar
 
 import aiosqlite
 
-from syncd.errors import NameConflict, StoreError
+from syncd.errors import NameConflict, StoreError, StoreUnavailable
 from syncd.store import sqlite_migrations as schema
 from syncd.store import sqlite_sql as sql
 from syncd.store.sqlite_writer import Writer, changed_rows, fetch_rows
@@ -72,7 +72,7 @@ def _translated() -> Iterator[None]:
             raise NameConflict("Connector name already exists") from exc
         raise StoreError(f"SQLite integrity error: {exc}") from exc
     except sqlite3.Error as exc:
-        raise StoreError(f"SQLite error: {exc}") from exc
+        raise _store_error(exc) from exc
 
 
 async def _rollback(db: Writer) -> None:
@@ -179,7 +179,15 @@ class SQLiteQuickReader:
 _BUSY = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
 
 
+# Primary result codes of a database that may answer later: locked by another connection
+# beyond busy_timeout, or made read-only (a file or directory whose permissions changed).
+_UNAVAILABLE = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_READONLY})
+
+
 def _store_error(exc: sqlite3.Error) -> StoreError:
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None and code & 0xFF in _UNAVAILABLE:
+        return StoreUnavailable(f"SQLite error: {exc}")
     return StoreError(f"SQLite error: {exc}")
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
 from typing import Any
@@ -17,7 +18,7 @@ from urllib.parse import urlsplit
 import asyncpg
 import pytest
 
-from syncd.errors import Fenced, NameConflict, NotFound, StoreError
+from syncd.errors import Fenced, NameConflict, NotFound, StoreError, StoreUnavailable
 from syncd.jsontext import content_hash
 from syncd.models import (
     Connector,
@@ -652,3 +653,13 @@ async def test_reads_for_clients_do_not_wait_for_the_main_pool(postgres_dsn: str
             await holder
     finally:
         await store.close()
+
+
+async def test_a_server_that_refuses_connections_is_unavailable() -> None:
+    """Nothing listens on the port: the store is unavailable (a run would wait, issue 23)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    store = PostgresStore(f"postgresql://postgres@127.0.0.1:{port}/syncd")
+    with pytest.raises(StoreUnavailable, match="cannot connect to PostgreSQL"):
+        await store.open()

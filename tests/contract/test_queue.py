@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 import pytest
 import redis.asyncio as aioredis
 
-from syncd.errors import ConfigError, QueueError
+from syncd.errors import ConfigError, QueueError, QueueUnavailable
 from syncd.queue import WorkQueue
 from syncd.queue.base import Batch
 from syncd.queue.memory import MemoryQueue
@@ -704,3 +704,13 @@ def test_redis_liveness_ttl_must_outlast_the_heartbeat(redis_url: str) -> None:
     with pytest.raises(ConfigError) as caught:
         RedisQueue(redis_url, heartbeat_seconds=5.0, reclaim_after_seconds=5.0)
     assert caught.value.key == "queue.reclaim_after_seconds"
+
+
+async def test_a_redis_that_refuses_connections_is_unavailable() -> None:
+    """Nothing listens on the port: the queue is unavailable (a run would wait, issue 23)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    queue = RedisQueue(f"redis://127.0.0.1:{port}/0", prefix="syncd-unavailable")
+    with pytest.raises(QueueUnavailable, match="open failed"):
+        await queue.open()

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from syncd.errors import StoreError
+from syncd.errors import StoreError, StoreUnavailable
 from syncd.models import DocStatus
 from syncd.store.sqlite import SQLiteStore
 
@@ -176,3 +176,21 @@ async def test_other_errors_of_quick_reads_are_store_errors(sqlite_store: SQLite
 async def test_quick_reads_refuse_writes(sqlite_store: SQLiteStore) -> None:
     with pytest.raises(StoreError, match="readonly database"):
         await sqlite_store._db.quick.fetch_all("DELETE FROM connectors")
+
+
+async def test_a_file_locked_beyond_the_busy_timeout_is_unavailable(tmp_path: Path) -> None:
+    """Another process holding the write lock longer than ``busy_timeout``: the write fails as
+    unavailable (a run waits for it, issue 23), and goes through once the lock is gone."""
+    store = SQLiteStore(tmp_path / "syncd.db", busy_timeout=0.1)
+    await store.open()
+    other = sqlite3.connect(tmp_path / "syncd.db", isolation_level=None)
+    try:
+        other.execute("BEGIN EXCLUSIVE")
+        with pytest.raises(StoreUnavailable, match="database is locked"):
+            await store.create_connector(make_connector("locked"))
+        other.execute("ROLLBACK")
+        created = await store.create_connector(make_connector("locked"))
+        assert created.name == "locked"
+    finally:
+        other.close()
+        await store.close()

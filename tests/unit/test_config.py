@@ -240,6 +240,9 @@ BAD_VALUES: list[tuple[str, str, Any, str]] = [
     ("sync", "max_concurrent_runs", 0, "expected an integer ≥ 1, got 0"),
     ("sync", "max_concurrent_runs", 1.5, "expected an integer ≥ 1, got 1.5"),
     ("sync", "max_concurrent_runs", True, "expected an integer ≥ 1, got True"),
+    ("sync", "outage_seconds", 0, "expected a number > 0 and ≤ 86400, got 0"),
+    ("sync", "outage_seconds", "1m", "expected a number > 0 and ≤ 86400, got '1m'"),
+    ("sync", "outage_seconds", 1e6, "expected a number > 0 and ≤ 86400, got 1000000.0"),
     ("daemon", "instance_id", "  ", "expected a non-empty string, got '  '"),
     ("daemon", "grace_seconds", -1, "expected a number ≥ 0, got -1"),
 ]
@@ -354,6 +357,7 @@ def test_every_key_but_the_http_timeouts_has_an_environment_override() -> None:
             "retry_on_status",
             "heartbeat_seconds",
             "max_concurrent_runs",
+            "outage_seconds",
         ],
         "daemon": ["instance_id", "grace_seconds"],
         "http": ["block_private_addresses", "max_rate_limit_wait_seconds"],

@@ -81,6 +81,8 @@ def test_a_fresh_registry_starts_every_known_series_at_zero() -> None:
         labels(reason="retry_after"): 0.0,
         labels(reason="throttle"): 0.0,
         labels(reason="host_cooldown"): 0.0,
+        labels(reason="store_unavailable"): 0.0,
+        labels(reason="queue_unavailable"): 0.0,
     }
     assert only(samples, "syncd_documents") == {
         labels(status=s): 0.0 for s in ("pending", "running", "indexed", "failed", "deleted")
@@ -133,6 +135,8 @@ def test_samples_after_a_sync_with_retries() -> None:
         labels(reason="retry_after"): 1.5,
         labels(reason="throttle"): 0.4,
         labels(reason="host_cooldown"): 0.0,
+        labels(reason="store_unavailable"): 0.0,
+        labels(reason="queue_unavailable"): 0.0,
     }
     assert only(samples, "syncd_index_seconds_count") == {
         labels(kind="webhook", outcome="indexed"): 2.0,
