@@ -173,9 +173,11 @@ class PgvectorIndexer(PostgresIndexer):
         self.chunk_spec = ChunkSpec(self.spec, self.embeddings.dimensions)
         unit = str(config.get("chunk_unit", "characters"))
         tokenizer = config.get("tokenizer")
+        size = int(config.get("chunk_size", DEFAULT_CHUNK_SIZE))
         self.chunker = Chunker(
-            size=int(config.get("chunk_size", DEFAULT_CHUNK_SIZE)),
-            overlap=int(config.get("chunk_overlap", DEFAULT_CHUNK_OVERLAP)),
+            size=size,
+            # At most size - 1 (the config's description says so).
+            overlap=min(int(config.get("chunk_overlap", DEFAULT_CHUNK_OVERLAP)), size - 1),
             unit="tokens" if unit == "tokens" else "characters",
             tokenizer=(
                 tokenizer_for(self.embeddings.model, tokenizer)

@@ -30,11 +30,30 @@ METADATA_NAME_MAX = 100
 TEMPLATE_MAX = 2000
 
 _PATH_SCHEMA = {"type": "string", "pattern": PATH_PATTERN}
+# A template (syncd.rules.shape.parse_template): literal text with {{ and }} for braces, and
+# at least one {path} placeholder, the path as PATH_PATTERN has it but without braces.
+_PLACEHOLDER = (
+    "\\{(?:[^./{}\\u0000][^.{}\\u0000]*(?:\\.[^.{}\\u0000]+)*"
+    "|(?:/(?:[^~/{}\\u0000]|~[01])*)+)\\}"
+)
+_LITERAL = "(?:[^{}\\u0000]|\\{\\{|\\}\\})"
+TEMPLATE_PATTERN = f"^{_LITERAL}*{_PLACEHOLDER}(?:{_LITERAL}|{_PLACEHOLDER})*$"
 _TEMPLATE_SCHEMA = {
     "type": "object",
-    "properties": {"template": {"type": "string", "minLength": 1, "maxLength": TEMPLATE_MAX}},
+    "properties": {
+        "template": {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": TEMPLATE_MAX,
+            "pattern": TEMPLATE_PATTERN,
+        }
+    },
     "required": ["template"],
     "additionalProperties": False,
+}
+# "At least one of": what the mapping's validator checks, said to the JSON Schema.
+_MAPS_A_FIELD = {
+    "anyOf": [{"required": [name]} for name in ("title", "text", "url", "updated_at", "metadata")]
 }
 MSG_HTML_EXTRA = "html needs the html extra: pip install 'syncd[html]'"
 MSG_ONE = 'Must be a path or {"template": "…"}'
@@ -141,7 +160,7 @@ Metadata = Annotated[
 ]
 
 
-class DocumentMapping(KindConfig):
+class DocumentMapping(KindConfig, json_schema_extra=_MAPS_A_FIELD):
     """What a connector's records are as documents: every indexer receives this shape beside
     the payload (the `webhook` body's `document`; a plugin's `Document.fields`). Paths as
     everywhere (dotted or a JSON Pointer); a template is `{"template": "{key}: {fields.summary}"}`

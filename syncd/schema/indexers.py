@@ -477,7 +477,6 @@ EMBEDDINGS_BATCH_MAX = 2048
 #: The longest chunk, in characters or tokens.
 CHUNK_SIZE_MAX = 100_000
 _MSG_MODEL = "Must be a model name: 1-256 characters without NUL or a line break"
-_MSG_OVERLAP = "Must be smaller than chunk_size"
 
 Dimensions = Annotated[
     int,
@@ -596,8 +595,9 @@ class PgvectorIndexerConfig(PostgresIndexerConfig):
     )
     chunk_overlap: ChunkOverlap = Field(
         100,
-        description="The most text two neighbouring chunks share, in `chunk_unit`s (smaller "
-        "than `chunk_size`; 0: none).",
+        description="The most text two neighbouring chunks share, in `chunk_unit`s (0: none). "
+        "At most `chunk_size` - 1 is used: a larger value (say the default 100 with a "
+        "`chunk_size` of 50) is taken as that, as a JSON Schema cannot compare two keys.",
         examples=[40],
     )
     chunk_unit: Literal["characters", "tokens"] = Field(
@@ -619,8 +619,4 @@ class PgvectorIndexerConfig(PostgresIndexerConfig):
         examples=[50],
     )
 
-    @model_validator(mode="after")
-    def _overlap_below_size(self) -> PgvectorIndexerConfig:
-        if self.chunk_overlap >= self.chunk_size:
-            fail_at([(("chunk_overlap",), _MSG_OVERLAP)], self.chunk_overlap)
-        return self
+

@@ -399,7 +399,8 @@ def _json_schema(depth: int) -> dict[str, Any]:
         "anyOf": [
             *scalars,
             {"type": "array", "items": inner},
-            {"type": "object", "additionalProperties": inner},
+            # Keys, like every string, hold no NUL (no store keeps one).
+            {"type": "object", "additionalProperties": inner, "propertyNames": {"pattern": NO_NUL}},
         ]
     }
 
@@ -407,7 +408,13 @@ def _json_schema(depth: int) -> dict[str, Any]:
 JsonBody = Annotated[
     dict[str, Any],
     BeforeValidator(_json_body),
-    WithJsonSchema({"type": "object", "additionalProperties": _json_schema(1)}),
+    WithJsonSchema(
+        {
+            "type": "object",
+            "additionalProperties": _json_schema(1),
+            "propertyNames": {"pattern": NO_NUL},
+        }
+    ),
 ]
 """A request's JSON body: an object whose strings hold no NUL and only references that can be
 resolved, nested at most :data:`_BODY_DEPTH_MAX` levels."""

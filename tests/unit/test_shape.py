@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from syncd.errors import ValidationError
 from syncd.models import DEFAULT_PAGINATOR, DocumentFields
 from syncd.plugins import Registry
 from syncd.rules.shape import fields_object, parse_template, shaper, template_problem
 from syncd.schema import spec
+from syncd.schema.document import TEMPLATE_PATTERN, DocumentMapping
 
 ISSUE = {
     "key": "OPS-7",
@@ -168,3 +172,20 @@ def test_a_bad_mapping_names_its_field(mapping: Any, errors: dict[str, str]) -> 
         create(mapping)
     for key, message in errors.items():
         assert caught.value.errors[key].startswith(message), caught.value.errors
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text(alphabet="{}ab./~01 \u00e9", max_size=12))
+def test_the_template_pattern_is_exactly_what_the_server_takes(template: str) -> None:
+    described = re.fullmatch(TEMPLATE_PATTERN, template) is not None
+    assert described == (template_problem(template) is None), template
+
+
+def test_the_schema_says_a_mapping_names_a_field() -> None:
+    import jsonschema
+
+    schema = DocumentMapping.model_json_schema()
+    jsonschema.validate({"title": "t"}, schema)
+    for refused in ({}, {"text_format": "html"}, {"url": {"template": "x"}}):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(refused, schema)
