@@ -17,14 +17,15 @@ has a slot first: the queueing instance broadcasts a wake-up on the queue's cont
 and each instance's freed slot starts the oldest queued trigger. No tick is waited for.
 
 Timed: from the first trigger sent until the last run's ``finished_at`` (read back from the
-runs). The end is detected from each instance's ``GET /metrics`` (``syncd_runs_total``), which
-reads nothing from the store, so that watching does not add store work. Then every instance is
-stopped (SIGTERM, then waited for), and the store's counters are read: statements from
-``pg_stat_statements`` when the server loads it, else transactions from ``pg_stat_database``
-(the delta from just before the triggers to after the stop; a backend flushes its counters
-within about 10 s of going idle, and at exit, hence the ``--settle`` wait before the first
-reading). A fresh ``syncd run`` then answers the checks through the API: every connector has
-exactly one run (none twice, none lost), manual, succeeded, with every page.
+runs). The end is detected from the ``sync.ended`` lines of each instance's log (or, with
+``--log-level`` above info, its ``GET /metrics``), so that watching adds no store work and
+costs the instances nothing. Then every instance is stopped (SIGTERM, then waited for), and
+the store's counters are read: statements from ``pg_stat_statements`` when the server loads
+it, else transactions from ``pg_stat_database`` (the delta from just before the triggers to
+after the stop; a backend flushes its counters within about 10 s of going idle, and at exit,
+hence the ``--settle`` wait before the first reading). A fresh ``syncd run`` then answers the
+checks through the API: every connector has exactly one run (none twice, none lost), manual,
+succeeded, with every page.
 
 Printed: each round, then per instance count the medians of ``--rounds`` (wall, pages/s,
 speed-up against one instance, store work per run, runs per instance) and the load average
@@ -39,6 +40,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -143,12 +145,15 @@ class Instance:
 
     async def start(self) -> None:
         # Only the configuration file configures the instance: no SYNCD_* override leaks in.
+        # A session of its own: a Ctrl-C reaches the benchmark only, which stops every instance
+        # with one SIGTERM (a second signal would make it exit at once, not gracefully).
         env = {k: v for k, v in os.environ.items() if not k.startswith("SYNCD_")}
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
         with self.log.open("ab") as log:
             self.proc = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "syncd", "run", "--config", str(self.config),
                 stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=log, env=env,
+                start_new_session=True,
             )  # fmt: skip
 
     def log_tail(self, lines: int = 15) -> str:
@@ -342,17 +347,41 @@ async def api(
         return payload
 
 
-async def runs_finished(session: aiohttp.ClientSession, inst: Instance) -> tuple[int, int]:
-    """(runs finished, pages fetched) by ``inst`` so far, from its ``GET /metrics``."""
+async def runs_from_metrics(session: aiohttp.ClientSession, inst: Instance) -> int:
+    """Runs ``inst`` has finished so far, from its ``GET /metrics`` (``syncd_runs_total``)."""
     async with session.get(inst.url + "/metrics") as r:
         text = await r.text()
-    runs = pages = 0.0
-    for line in text.splitlines():
-        if line.startswith("syncd_runs_total{"):
-            runs += float(line.rsplit(" ", 1)[1])
-        elif line.startswith("syncd_pages_fetched_total"):
-            pages += float(line.rsplit(" ", 1)[1])
-    return int(runs), int(pages)
+    return int(
+        sum(
+            float(x.rsplit(" ", 1)[1])
+            for x in text.splitlines()
+            if x.startswith("syncd_runs_total{")
+        )
+    )
+
+
+class EndedLines:
+    """Counts the ``sync.ended`` lines of an instance's JSON log as they are written: watching
+    the end costs the instances nothing (a ``/metrics`` render is several ms of their CPU)."""
+
+    def __init__(self, inst: Instance) -> None:
+        self.inst = inst
+        self.count = 0
+        self._offset = 0
+        self._partial = b""
+
+    def read(self) -> int:
+        with self.inst.log.open("rb") as f:
+            f.seek(self._offset)
+            data = f.read()
+        self._offset += len(data)
+        lines = (self._partial + data).split(b"\n")
+        self._partial = lines.pop()
+        for line in lines:
+            if b"sync.ended" in line:
+                with contextlib.suppress(ValueError):
+                    self.count += json.loads(line).get("event") == "sync.ended"
+        return self.count
 
 
 def _ts(value: str | None) -> float | None:
@@ -370,7 +399,7 @@ class Round:
     wall: float = 0.0  # first trigger → the last run's finished_at
     slots_busy: float = 0.0  # first trigger → every slot running (the (slots)-th start)
     run_length: float = 0.0  # median started_at → finished_at of a run
-    detected: float = 0.0  # first trigger → every run seen ended in the metrics
+    detected: float = 0.0  # first trigger → every run seen ended (logs or metrics)
     runs: int = 0
     pages: int = 0
     queued: int = 0  # triggers answered "queued" (no free slot where they were sent)
@@ -435,6 +464,11 @@ async def measure(
             )
         )
         ids = [c["id"] for c in created]
+        # The logs say when each run ended, unless the level hides ``sync.ended`` (info).
+        quiet = args.log_level.lower() not in ("debug", "info")
+        watchers = None if quiet else [EndedLines(inst) for inst in insts]
+        for w in watchers or ():
+            w.read()  # start after what the start-up wrote
         await asyncio.sleep(0 if meter.statements else args.settle)
         store_before = await meter.read()
         cpu_before = {inst.name: inst.cpu() for inst in insts}
@@ -457,14 +491,16 @@ async def measure(
 
         timeout = 60.0 + 10 * args.connectors * args.pages * args.delay
         while True:
-            counts = await asyncio.gather(*(runs_finished(session, inst) for inst in insts))
-            if sum(c[0] for c in counts) >= len(ids):
+            if watchers is not None:
+                ended = sum(w.read() for w in watchers)
+            else:
+                ended = sum(
+                    await asyncio.gather(*(runs_from_metrics(session, inst) for inst in insts))
+                )
+            if ended >= len(ids):
                 break
             if time.time() - t0 > timeout:
-                result.problems.append(
-                    f"only {sum(c[0] for c in counts)} of {len(ids)} runs ended "
-                    f"within {timeout:.0f} s"
-                )
+                result.problems.append(f"only {ended} of {len(ids)} runs ended in {timeout:.0f} s")
                 break
             for inst in insts:
                 if inst.proc is not None and inst.proc.returncode is not None:
@@ -553,6 +589,11 @@ def describe(r: Round, args: argparse.Namespace, unit: str) -> str:
 
 
 async def bench(args: argparse.Namespace) -> int:
+    # SIGTERM (e.g. from timeout(1)) unwinds like Ctrl-C: every instance stopped, every round's
+    # database and keys removed on the way out.
+    task = asyncio.current_task()
+    assert task is not None
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
     counts = sorted({int(x) for x in args.instances.split(",") if x.strip()})
     statements = await statements_available(args.postgres_dsn)
     unit = "statements" if statements else "transactions"
@@ -612,9 +653,9 @@ async def bench(args: argparse.Namespace) -> int:
         length = statistics.median(r.run_length for r in rs)
         cpu_page = statistics.median(1000 * r.cpu["instances"] / max(r.pages, 1) for r in rs)
         twice, lost, bad = (sum(getattr(r, k) for r in rs) for k in ("twice", "lost", "failed"))
-        speed = base / wall if counts[0] == 1 else float("nan")
+        speed = f"{base / wall:.2f}x" if counts[0] == 1 else "-"
         print(
-            f"  {n:>9} {wall:>7.2f} {rate:>8.1f} {speed:>7.2f}x {length:>6.2f} {per_run:>17.1f} "
+            f"  {n:>9} {wall:>7.2f} {rate:>8.1f} {speed:>8} {length:>6.2f} {per_run:>17.1f} "
             f"{cpu_page:>17.1f} {sum(r.runs for r in rs):>5} {twice:>9} {lost:>5} {bad:>6}"
         )
     print(
@@ -653,7 +694,12 @@ def main() -> None:
     parser.add_argument("--postgres-dsn", default="postgresql://postgres@127.0.0.1:5432/postgres")
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
     args = parser.parse_args()
-    sys.exit(asyncio.run(bench(args)))
+    try:
+        code = asyncio.run(bench(args))
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        print("interrupted", file=sys.stderr)
+        code = 130
+    sys.exit(code)
 
 
 if __name__ == "__main__":
