@@ -33,8 +33,7 @@ _PATH_SCHEMA = {"type": "string", "pattern": PATH_PATTERN}
 # A template (syncd.rules.shape.parse_template): literal text with {{ and }} for braces, and
 # at least one {path} placeholder, the path as PATH_PATTERN has it but without braces.
 _PLACEHOLDER = (
-    "\\{(?:[^./{}\\u0000][^.{}\\u0000]*(?:\\.[^.{}\\u0000]+)*"
-    "|(?:/(?:[^~/{}\\u0000]|~[01])*)+)\\}"
+    "\\{(?:[^./{}\\u0000][^.{}\\u0000]*(?:\\.[^.{}\\u0000]+)*|(?:/(?:[^~/{}\\u0000]|~[01])*)+)\\}"
 )
 _LITERAL = "(?:[^{}\\u0000]|\\{\\{|\\}\\})"
 TEMPLATE_PATTERN = f"^{_LITERAL}*{_PLACEHOLDER}(?:{_LITERAL}|{_PLACEHOLDER})*$"

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Collection, Mapping
-from typing import Annotated, Any, NoReturn, Union
+from typing import Annotated, Any, NoReturn, TypeVar, Union
 
 from pydantic import BeforeValidator, Discriminator, Field, Tag, WithJsonSchema, WrapValidator
 from pydantic import ValidationError as PydanticError
@@ -24,6 +24,8 @@ from yarl import URL
 from syncd import paths
 from syncd.rules import cron
 from syncd.schema.patterns import CRON_PATTERN, URL_PATTERN, compiled, time_zones
+
+_M = TypeVar("_M")
 
 MSG_NOT_OBJECT = "Must be a JSON object"
 MSG_REQUIRED = "Field required"
@@ -107,6 +109,26 @@ def fail_at(problems: list[tuple[tuple[str | int, ...], str]], value: Any) -> No
         "syncd",
         [InitErrorDetails(type=syncd_error(msg), loc=loc, input=value) for loc, msg in problems],
     )
+
+
+def validated_with(
+    value: Any,
+    handler: Callable[[Any], _M],
+    problems: list[tuple[tuple[str | int, ...], str]],
+) -> _M:
+    """The model ``handler`` (a wrap validator's) builds from ``value``; its fields' own errors
+    and ``problems`` (checks across fields) are reported together, all at once."""
+    try:
+        model = handler(value)
+    except PydanticError as exc:
+        if not problems:
+            raise
+        seen = {loc for loc, _ in problems}
+        own = [(e["loc"], message_of(e)) for e in exc.errors() if e["loc"] not in seen]
+        fail_at([*own, *problems], value)
+    if problems:
+        fail_at(problems, value)
+    return model
 
 
 _MESSAGES = {

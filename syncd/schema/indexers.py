@@ -19,7 +19,6 @@ from pydantic import (
     WithJsonSchema,
     model_validator,
 )
-from pydantic import ValidationError as PydanticError
 
 from syncd.schema.fields import (
     MSG_NON_EMPTY,
@@ -30,10 +29,9 @@ from syncd.schema.fields import (
     _pattern,
     absent,
     fail,
-    fail_at,
-    message_of,
     ref_pattern,
     ref_problem,
+    validated_with,
 )
 from syncd.schema.kinds import KindConfig, TypeTagged
 from syncd.schema.patterns import compiled
@@ -240,18 +238,7 @@ class OpenSearchApiKeyAuth(KindConfig):
     @model_validator(mode="wrap")
     @classmethod
     def _forms(cls, value: Any, handler: ModelWrapValidatorHandler[OpenSearchApiKeyAuth]) -> Any:
-        problems = _api_key_problems(value)
-        try:
-            model = handler(value)
-        except PydanticError as exc:
-            if not problems:
-                raise
-            seen = {loc for loc, _ in problems}
-            own = [(e["loc"], message_of(e)) for e in exc.errors() if e["loc"] not in seen]
-            fail_at([*own, *problems], value)
-        if problems:
-            fail_at(problems, value)
-        return model
+        return validated_with(value, handler, _api_key_problems(value))
 
 
 class OpenSearchBearerAuth(KindConfig):
@@ -618,5 +605,3 @@ class PgvectorIndexerConfig(PostgresIndexerConfig):
         "are embedded together and written in one transaction. 1: one call per document.",
         examples=[50],
     )
-
-

@@ -26,7 +26,6 @@ from pydantic import (
     WithJsonSchema,
     model_validator,
 )
-from pydantic import ValidationError as PydanticError
 from pydantic_core import CoreSchema
 
 from syncd.paths import path_problem
@@ -53,10 +52,10 @@ from syncd.schema.fields import (
     absent,
     fail,
     fail_at,
-    message_of,
     ref_pattern,
     ref_problem,
     tagged_union,
+    validated_with,
 )
 from syncd.schema.patterns import URL_PATTERN, compiled
 
@@ -235,18 +234,7 @@ class CursorPagination(_Ends):
     @classmethod
     def _names(cls, value: Any, handler: ModelWrapValidatorHandler[CursorPagination]) -> Any:
         # Reported with the fields' own errors, all at once.
-        problems = _placed_problems(value)
-        try:
-            model = handler(value)
-        except PydanticError as exc:
-            if not problems:
-                raise
-            seen = {loc for loc, _ in problems}
-            own = [(e["loc"], message_of(e)) for e in exc.errors() if e["loc"] not in seen]
-            fail_at([*own, *problems], value)
-        if problems:
-            fail_at(problems, value)
-        return model
+        return validated_with(value, handler, _placed_problems(value))
 
 
 class NextUrlPagination(_Ends):

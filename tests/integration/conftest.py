@@ -3,6 +3,7 @@ queue, and a real local source server."""
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -10,9 +11,11 @@ from typing import Any
 
 import asyncpg
 import pytest
+import structlog
 
 from syncd.config import Config
 from syncd.daemon import Daemon
+from syncd.observability.logs import DRIVER_LOGGERS
 from tests.integration.pgvector_server import PgvectorServer
 from tests.integration.sourceserver import SourceServer
 
@@ -159,3 +162,20 @@ async def pgvector_dsn(pgvector_server: PgvectorServer) -> AsyncIterator[str]:
             await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         finally:
             await admin.close()
+
+
+@pytest.fixture
+def logging_state() -> Iterator[None]:
+    """Restore stdlib logging and structlog after a test that configures them (modules that
+    configure logging use it: ``pytestmark = pytest.mark.usefixtures("logging_state")``)."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    drivers = {name: logging.getLogger(name).level for name in DRIVER_LOGGERS}
+    config = structlog.get_config()
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+    for name, driver_level in drivers.items():
+        logging.getLogger(name).setLevel(driver_level)
+    structlog.configure(**config)
+    structlog.contextvars.clear_contextvars()

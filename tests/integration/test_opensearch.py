@@ -6,49 +6,33 @@ and an index of the wrong shape fails the documents with the reason."""
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import functools
 import io
 import json
-import logging
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-import structlog
 
 from syncd.api import views
 from syncd.daemon import Daemon
 from syncd.indexers.opensearch import OpenSearchIndexer, opensearch_secrets
 from syncd.indexers.opensearch_bulk import INDEX_MAPPINGS, document_id
-from syncd.models import DocStatus, RunOutcome
-from syncd.observability.logs import DRIVER_LOGGERS, configure_logging
+from syncd.models import DocStatus
+from syncd.observability.logs import configure_logging
 from syncd.plugins import IndexerKind
 from syncd.schema.indexers import OpenSearchIndexerConfig
 from tests.integration.conftest import DaemonFactory, http_source
+from tests.integration.indexing import settled, statuses, sync
 from tests.integration.searchmapping import shown
 from tests.integration.searchserver import SearchServer
 from tests.integration.sourceserver import SourceServer, make_records
 
+pytestmark = pytest.mark.usefixtures("logging_state")
+
 TIMEOUT = 15.0
 USER, PASSWORD = "syncd-writer", "os-canary-password-7f3a9c"
-
-
-@pytest.fixture(autouse=True)
-def logging_state() -> Iterator[None]:
-    """Restore stdlib logging and structlog after a test that configures them."""
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    drivers = {name: logging.getLogger(name).level for name in DRIVER_LOGGERS}
-    config = structlog.get_config()
-    yield
-    root.handlers[:] = handlers
-    root.setLevel(level)
-    for name, driver_level in drivers.items():
-        logging.getLogger(name).setLevel(driver_level)
-    structlog.configure(**config)
-    structlog.contextvars.clear_contextvars()
 
 
 @pytest.fixture
@@ -88,28 +72,6 @@ async def started(make_any_daemon: DaemonFactory, sleeps: list[float] | None = N
     return daemon
 
 
-async def sync(daemon: Daemon, cid: str) -> None:
-    await daemon.trigger_sync(cid)
-    await asyncio.wait_for(daemon.wait_run(cid), TIMEOUT)
-    runs, _ = await daemon.list_runs(cid, limit=1)
-    assert runs[0].outcome is RunOutcome.SUCCEEDED, runs[0].error
-
-
-def settled(**expected: int) -> Callable[[dict[DocStatus, int]], bool]:
-    def done(n: dict[DocStatus, int]) -> bool:
-        counts = {str(k): v for k, v in n.items()}
-        idle = n[DocStatus.PENDING] == n[DocStatus.RUNNING] == 0
-        return idle and all(counts[k] == v for k, v in expected.items())
-
-    return done
-
-
-async def statuses(daemon: Daemon, cid: str) -> dict[str, tuple[DocStatus, str | None]]:
-    docs, more = await daemon.list_documents(cid, limit=1000)
-    assert more is None
-    return {d.external_id: (d.status, d.error) for d in docs}
-
-
 async def test_sync_update_and_delete_mirror_the_source(
     make_any_daemon: DaemonFactory,
     engine: SearchServer,
@@ -123,7 +85,7 @@ async def test_sync_update_and_delete_mirror_the_source(
     body = {"name": "tickets", "source": http_source(source), "indexer": indexer_config(engine)}
     cid = (await daemon.create_connector(body)).id
 
-    await sync(daemon, cid)
+    await sync(daemon, cid, TIMEOUT)
     await daemon.wait_documents(cid, settled(indexed=25), TIMEOUT)
 
     # The index was created with the documented mapping; one document per record.
@@ -162,7 +124,7 @@ async def test_sync_update_and_delete_mirror_the_source(
     changed[3] = {**changed[3], "title": "Changed at the source"}
     source.set_records(changed)
     bulks_before = len(engine.bulk_requests())
-    await sync(daemon, cid)
+    await sync(daemon, cid, TIMEOUT)
     await daemon.wait_documents(cid, settled(indexed=25), TIMEOUT)
     again = [
         json.loads(line)
@@ -177,7 +139,7 @@ async def test_sync_update_and_delete_mirror_the_source(
 
     # Gone at the source: the completed full crawl deletes them from the index.
     source.set_records(changed[:20])
-    await sync(daemon, cid)
+    await sync(daemon, cid, TIMEOUT)
     await daemon.wait_documents(cid, settled(indexed=20, deleted=5), TIMEOUT)
     assert set(engine.documents("syncd-docs")) == {f"{cid}:{r['id']}" for r in changed[:20]}
     found = await statuses(daemon, cid)
@@ -214,7 +176,7 @@ async def test_partial_bulk_failures_fail_exactly_their_documents(
     )
     engine.fail_items([f"{cid}:{eid}" for eid in busy], status=429, times=1)
 
-    await sync(daemon, cid)
+    await sync(daemon, cid, TIMEOUT)
     await daemon.wait_documents(cid, settled(indexed=24, failed=1), TIMEOUT)
 
     found = await statuses(daemon, cid)
@@ -247,7 +209,7 @@ async def test_an_index_of_the_wrong_shape_fails_the_documents(
     body = {"name": "tickets", "source": http_source(source), "indexer": indexer_config(engine)}
     cid = (await daemon.create_connector(body)).id
 
-    await sync(daemon, cid)
+    await sync(daemon, cid, TIMEOUT)
     await daemon.wait_documents(cid, settled(failed=25), TIMEOUT)
 
     errors = {error for _, error in (await statuses(daemon, cid)).values()}

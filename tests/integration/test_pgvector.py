@@ -8,27 +8,26 @@ chunks table of another dimension is refused, and the API key never shows."""
 
 from __future__ import annotations
 
-import asyncio
 import io
-import logging
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import asyncpg
 import pytest
-import structlog
 
 from syncd.api import views
-from syncd.daemon import Daemon
 from syncd.http.transport import Transport
 from syncd.indexers.base import IndexerContext
 from syncd.indexers.chunking import Chunker, record_text
 from syncd.indexers.pgvector import PgvectorIndexer
-from syncd.models import DocStatus, RunOutcome
-from syncd.observability.logs import DRIVER_LOGGERS, configure_logging
+from syncd.models import DocStatus
+from syncd.observability.logs import configure_logging
 from tests.integration.conftest import DaemonFactory, http_source
 from tests.integration.embeddingserver import EmbeddingServer, embed_text
+from tests.integration.indexing import settled, statuses, sync
 from tests.integration.sourceserver import SourceServer
+
+pytestmark = pytest.mark.usefixtures("logging_state")
 
 TIMEOUT = 30.0
 KEY = "sk-pgvector-canary-9d2e61"
@@ -62,22 +61,6 @@ def expected_chunks(record: dict[str, Any]) -> list[str]:
     """The record's chunks as the indexer cuts them (syncd stores JSON with its keys sorted,
     and the indexer reads the stored payload)."""
     return Chunker(size=CHUNK_SIZE).split(record_text(dict(sorted(record.items()))))
-
-
-@pytest.fixture(autouse=True)
-def logging_state() -> Iterator[None]:
-    """Restore stdlib logging and structlog after a test that configures them."""
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    drivers = {name: logging.getLogger(name).level for name in DRIVER_LOGGERS}
-    config = structlog.get_config()
-    yield
-    root.handlers[:] = handlers
-    root.setLevel(level)
-    for name, driver_level in drivers.items():
-        logging.getLogger(name).setLevel(driver_level)
-    structlog.configure(**config)
-    structlog.contextvars.clear_contextvars()
 
 
 @pytest.fixture
@@ -118,28 +101,6 @@ def indexer_config(dsn: str, server: EmbeddingServer, **extra: Any) -> dict[str,
     }
 
 
-async def sync(daemon: Daemon, cid: str) -> None:
-    await daemon.trigger_sync(cid)
-    await asyncio.wait_for(daemon.wait_run(cid), TIMEOUT)
-    runs, _ = await daemon.list_runs(cid, limit=1)
-    assert runs[0].outcome is RunOutcome.SUCCEEDED, runs[0].error
-
-
-def settled(**expected: int) -> Callable[[dict[DocStatus, int]], bool]:
-    def done(n: dict[DocStatus, int]) -> bool:
-        counts = {str(k): v for k, v in n.items()}
-        idle = n[DocStatus.PENDING] == n[DocStatus.RUNNING] == 0
-        return idle and all(counts[k] == v for k, v in expected.items())
-
-    return done
-
-
-async def statuses(daemon: Daemon, cid: str) -> dict[str, tuple[DocStatus, str | None]]:
-    docs, more = await daemon.list_documents(cid, limit=1000)
-    assert more is None
-    return {d.external_id: (d.status, d.error) for d in docs}
-
-
 async def chunks_of(db: asyncpg.Connection[Any]) -> dict[str, list[str]]:
     rows = await db.fetch("SELECT external_id, text FROM kb_chunks ORDER BY 1, chunk_index")
     found: dict[str, list[str]] = {}
@@ -176,7 +137,7 @@ async def test_sync_query_change_and_delete_mirror_the_source(
     body = {"name": "kb", "source": http_source(source), "indexer": config}
     cid = (await daemon.create_connector(body)).id
 
-    await sync(daemon, cid)
+    await sync(daemon, cid, TIMEOUT)
     await daemon.wait_documents(cid, settled(indexed=len(TOPICS)), TIMEOUT)
 
     # One row per record, its chunks as the splitter cuts the record, each embedded once.
@@ -217,7 +178,7 @@ async def test_sync_query_change_and_delete_mirror_the_source(
     )
     source.set_records(changed)
     embeddings.embedded.clear()
-    await sync(daemon, cid)
+    await sync(daemon, cid, TIMEOUT)
     await daemon.wait_documents(cid, settled(indexed=len(TOPICS)), TIMEOUT)
     new_shipping = expected_chunks(changed[1])
     assert embeddings.embedded == new_shipping
@@ -237,7 +198,7 @@ async def test_sync_query_change_and_delete_mirror_the_source(
 
     # Gone at the source: the full crawl deletes their rows and chunks.
     source.set_records(changed[2:])
-    await sync(daemon, cid)
+    await sync(daemon, cid, TIMEOUT)
     await daemon.wait_documents(cid, settled(indexed=len(TOPICS) - 2, deleted=2), TIMEOUT)
     left = {r["external_id"] for r in await db.fetch("SELECT external_id FROM kb")}
     assert left == {r["id"] for r in changed[2:]}
@@ -270,7 +231,7 @@ async def test_a_mapped_text_is_what_is_split_and_embedded(
         "document": {"title": "title", "text": "body", "url": {"template": "/kb/{id}"}},
     }
     cid = (await daemon.create_connector(body)).id
-    await sync(daemon, cid)
+    await sync(daemon, cid, TIMEOUT)
     await daemon.wait_documents(cid, settled(indexed=len(TOPICS)), TIMEOUT)
     chunker = Chunker(size=CHUNK_SIZE)
     assert await chunks_of(db) == {
@@ -298,7 +259,7 @@ async def test_a_rate_limited_endpoint_is_waited_out_and_a_failing_one_writes_no
 
     # 429 with Retry-After: the transport waits and sends again; every document is indexed.
     embeddings.fail_next(429, retry_after="1")
-    await sync(daemon, cid)
+    await sync(daemon, cid, TIMEOUT)
     await daemon.wait_documents(cid, settled(indexed=len(TOPICS)), TIMEOUT)
     assert [r for r in embeddings.requests if r.body is not None]
     before = await chunks_of(db)
@@ -311,7 +272,7 @@ async def test_a_rate_limited_endpoint_is_waited_out_and_a_failing_one_writes_no
     )
     source.set_records(changed)
     embeddings.fail_next(500, times=10)
-    await sync(daemon, cid)
+    await sync(daemon, cid, TIMEOUT)
     await daemon.wait_documents(cid, settled(indexed=len(TOPICS) - 2, failed=2), TIMEOUT)
     found = await statuses(daemon, cid)
     for eid in ("kb-refunds", "kb-api"):
@@ -348,7 +309,7 @@ async def test_a_chunks_table_of_another_dimension_is_refused_never_altered(
     config = indexer_config(pgvector_dsn, embeddings)
     body = {"name": "kb", "source": http_source(source), "indexer": config}
     cid = (await daemon.create_connector(body)).id
-    await sync(daemon, cid)
+    await sync(daemon, cid, TIMEOUT)
     await daemon.wait_documents(cid, settled(indexed=len(TOPICS)), TIMEOUT)
 
     # The same tables, asked for vectors of another size.
@@ -366,7 +327,7 @@ async def test_a_chunks_table_of_another_dimension_is_refused_never_altered(
     embedded = len(embeddings.embedded)
     await daemon.update_connector(cid, {"indexer": other})
     source.set_records(records(api="The API changed."))
-    await sync(daemon, cid)
+    await sync(daemon, cid, TIMEOUT)
     await daemon.wait_documents(cid, settled(indexed=len(TOPICS) - 1, failed=1), TIMEOUT)
     status, error = (await statuses(daemon, cid))["kb-api"]
     assert status is DocStatus.FAILED and error is not None

@@ -14,41 +14,26 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import io
-import logging
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import asyncpg
 import pytest
-import structlog
 
 from syncd.api import views
 from syncd.daemon import Daemon
 from syncd.indexers.base import IndexerContext
 from syncd.indexers.postgres import PostgresIndexer
-from syncd.models import DocStatus, Document, DocumentFields, RunOutcome
-from syncd.observability.logs import DRIVER_LOGGERS, configure_logging
+from syncd.models import DocStatus, Document, DocumentFields
+from syncd.observability.logs import configure_logging
 from tests.integration.conftest import DaemonFactory, http_source
+from tests.integration.indexing import settled, statuses, sync
 from tests.integration.sourceserver import SourceServer, make_records
+
+pytestmark = pytest.mark.usefixtures("logging_state")
 
 TIMEOUT = 20.0
 PASSWORD = "pg-canary-password-41d7e2"
-
-
-@pytest.fixture(autouse=True)
-def logging_state() -> Iterator[None]:
-    """Restore stdlib logging and structlog after a test that configures them."""
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    drivers = {name: logging.getLogger(name).level for name in DRIVER_LOGGERS}
-    config = structlog.get_config()
-    yield
-    root.handlers[:] = handlers
-    root.setLevel(level)
-    for name, driver_level in drivers.items():
-        logging.getLogger(name).setLevel(driver_level)
-    structlog.configure(**config)
-    structlog.contextvars.clear_contextvars()
 
 
 @pytest.fixture
@@ -101,28 +86,6 @@ def connector_body(name: str, server: SourceServer, **indexer: Any) -> dict[str,
     }
 
 
-async def sync(daemon: Daemon, cid: str) -> None:
-    await daemon.trigger_sync(cid)
-    await asyncio.wait_for(daemon.wait_run(cid), TIMEOUT)
-    runs, _ = await daemon.list_runs(cid, limit=1)
-    assert runs[0].outcome is RunOutcome.SUCCEEDED, runs[0].error
-
-
-def settled(**expected: int) -> Callable[[dict[DocStatus, int]], bool]:
-    def done(n: dict[DocStatus, int]) -> bool:
-        counts = {str(k): v for k, v in n.items()}
-        idle = n[DocStatus.PENDING] == n[DocStatus.RUNNING] == 0
-        return idle and all(counts[k] == v for k, v in expected.items())
-
-    return done
-
-
-async def statuses(daemon: Daemon, cid: str) -> dict[str, tuple[DocStatus, str | None]]:
-    docs, more = await daemon.list_documents(cid, limit=1000)
-    assert more is None
-    return {d.external_id: (d.status, d.error) for d in docs}
-
-
 async def search(db: asyncpg.Connection, words: str) -> list[str]:
     rows = await db.fetch(
         "SELECT external_id FROM docs WHERE search @@ websearch_to_tsquery('simple', $1)"
@@ -149,7 +112,7 @@ async def test_sync_search_update_and_delete_mirror_the_source(
     body = connector_body("tickets", source)
     cid = (await daemon.create_connector(body)).id
 
-    await sync(daemon, cid)
+    await sync(daemon, cid, TIMEOUT)
     await daemon.wait_documents(cid, settled(indexed=25), TIMEOUT)
 
     # One row per record, the shape in its columns, the payload as jsonb.
@@ -179,7 +142,7 @@ async def test_sync_search_update_and_delete_mirror_the_source(
     changed = [dict(r) for r in records]
     changed[3] = {**changed[3], "title": "Changed at the source"}
     source.set_records(changed)
-    await sync(daemon, cid)
+    await sync(daemon, cid, TIMEOUT)
     await daemon.wait_documents(cid, settled(indexed=25), TIMEOUT)
     after = {r["external_id"]: r for r in await db.fetch("SELECT * FROM docs")}
     assert after["item-00003"]["title"] == "Changed at the source"
@@ -189,7 +152,7 @@ async def test_sync_search_update_and_delete_mirror_the_source(
 
     # Gone at the source: the completed full crawl deletes their rows.
     source.set_records(changed[:20])
-    await sync(daemon, cid)
+    await sync(daemon, cid, TIMEOUT)
     await daemon.wait_documents(cid, settled(indexed=20, deleted=5), TIMEOUT)
     left = {r[0] for r in await db.fetch("SELECT external_id FROM docs")}
     assert left == {r["id"] for r in changed[:20]}
@@ -223,7 +186,7 @@ async def test_a_literal_dsn_is_masked_and_its_password_never_logged(
     broken = target.rsplit("/", 1)[0] + "/no_such_database"
     body = connector_body("t", source, dsn=broken)
     cid = (await daemon.create_connector(body)).id
-    await sync(daemon, cid)
+    await sync(daemon, cid, TIMEOUT)
     await daemon.wait_documents(cid, settled(failed=25), TIMEOUT)
     errors = {e for _, e in (await statuses(daemon, cid)).values()}
     assert len(errors) == 1
@@ -249,7 +212,7 @@ async def test_two_connectors_share_a_table_and_a_pool(
         # The same external ids at both sources: rows are told apart by connector.
         cid1 = (await daemon.create_connector(connector_body("one", one))).id
         cid2 = (await daemon.create_connector(connector_body("two", two))).id
-        await asyncio.gather(sync(daemon, cid1), sync(daemon, cid2))
+        await asyncio.gather(sync(daemon, cid1, TIMEOUT), sync(daemon, cid2, TIMEOUT))
         await daemon.wait_documents(cid1, settled(indexed=12), TIMEOUT)
         await daemon.wait_documents(cid2, settled(indexed=8), TIMEOUT)
         counts = dict(await db.fetch("SELECT connector_id, count(*) FROM docs GROUP BY 1"))
@@ -258,7 +221,7 @@ async def test_two_connectors_share_a_table_and_a_pool(
 
         # One connector's deletions leave the other's rows alone.
         two.set_records(make_records(3))
-        await sync(daemon, cid2)
+        await sync(daemon, cid2, TIMEOUT)
         await daemon.wait_documents(cid2, settled(indexed=3, deleted=5), TIMEOUT)
         counts = dict(await db.fetch("SELECT connector_id, count(*) FROM docs GROUP BY 1"))
         assert counts == {cid1: 12, cid2: 3}
@@ -268,7 +231,7 @@ async def test_two_connectors_share_a_table_and_a_pool(
         await daemon.indexers.aclose()
         assert daemon.pools.open_count == 0  # every cached indexer released it
         one.set_records(make_records(13))
-        await sync(daemon, cid1)
+        await sync(daemon, cid1, TIMEOUT)
         await daemon.wait_documents(cid1, settled(indexed=13), TIMEOUT)
         assert daemon.pools.open_count == 1  # opened again by the next write
 
@@ -291,7 +254,7 @@ async def test_a_document_postgres_refuses_fails_alone(
     body = connector_body("tickets", source)
     cid = (await daemon.create_connector(body)).id
 
-    await sync(daemon, cid)
+    await sync(daemon, cid, TIMEOUT)
     await daemon.wait_documents(cid, settled(indexed=23, failed=2), TIMEOUT)
 
     found = await statuses(daemon, cid)
@@ -333,7 +296,7 @@ async def test_a_table_of_the_wrong_shape_is_refused_and_left_as_it_was(
     body = connector_body("tickets", source)
     cid = (await daemon.create_connector(body)).id
 
-    await sync(daemon, cid)
+    await sync(daemon, cid, TIMEOUT)
     await daemon.wait_documents(cid, settled(failed=25), TIMEOUT)
 
     errors = {error for _, error in (await statuses(daemon, cid)).values()}

@@ -9,7 +9,7 @@ import io
 import json
 import logging
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +24,7 @@ from syncd.http.timeouts import Timeouts
 from syncd.http.transport import Transport
 from syncd.models import ConnectorStatus
 from syncd.observability import logs
-from syncd.observability.logs import DRIVER_LOGGERS, MASK, configure_logging, redact
+from syncd.observability.logs import MASK, configure_logging, redact
 from syncd.sources import HttpSource
 from syncd.sources.base import SourceContext
 from syncd.sources.secrets import connector_secrets, register_connector_secrets
@@ -33,24 +33,11 @@ from tests.integration.conftest import DaemonFactory
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
+pytestmark = pytest.mark.usefixtures("logging_state")
+
+
 def canary(kind: str) -> str:
     return f"canary-{kind}-{uuid.uuid4().hex}"
-
-
-@pytest.fixture(autouse=True)
-def logging_state() -> Iterator[None]:
-    """Restore stdlib logging and structlog after a test that configures them."""
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    drivers = {name: logging.getLogger(name).level for name in DRIVER_LOGGERS}
-    config = structlog.get_config()
-    yield
-    root.handlers[:] = handlers
-    root.setLevel(level)
-    for name, driver_level in drivers.items():
-        logging.getLogger(name).setLevel(driver_level)
-    structlog.configure(**config)
-    structlog.contextvars.clear_contextvars()
 
 
 class Origin:
