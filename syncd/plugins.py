@@ -202,6 +202,7 @@ def builtin_indexer_kinds() -> list[IndexerKind]:
             config_model=PgvectorIndexerConfig,
             secrets=pgvector_secrets,
             supports_delete=True,
+            check=PgvectorIndexer.check,
         ),
     ]
 

@@ -11,6 +11,7 @@ import signal
 import sys
 from typing import Any
 
+import asyncpg
 from aiohttp import web
 
 from syncd.indexers.opensearch_bulk import INDEX_MAPPINGS
@@ -207,6 +208,49 @@ async def test_validate_connect_names_what_is_wrong_with_the_index(harness: Harn
         "indexer: it does not exist and create_index is false\n",
     )
     assert (later.code, later.stdout.splitlines()[0]) == (0, "valid"), later
+
+
+async def test_validate_connect_checks_a_postgres_table(
+    harness: Harness, postgres_dsn: str
+) -> None:
+    harness.write_config()
+    conn = await asyncpg.connect(postgres_dsn)
+    try:
+        await conn.execute("CREATE TABLE docs (connector_id text, external_id text)")
+    finally:
+        await conn.close()
+    indexer = {"type": "postgres", "dsn": "${env:TARGET_DSN}", "table": "docs"}
+    path = harness.root / "pg.json"
+    path.write_text(
+        json.dumps({"name": "t", "source": {"url": "http://127.0.0.1:9/x"}, "indexer": indexer})
+    )
+    fresh = harness.root / "fresh.json"
+    fresh.write_text(path.read_text().replace('"docs"', '"fresh_docs"'))
+    env = {"TARGET_DSN": postgres_dsn}
+
+    wrong = await harness.cli("validate", "--connect", str(path), env=env)
+    missing = await harness.cli("validate", "--connect", str(fresh), env=env)
+
+    assert wrong.code == 2, wrong
+    assert wrong.stdout.startswith("indexer: "), wrong
+    assert "content_hash" in wrong.stdout  # a missing column is named
+    # A missing table is created at first use: no problem, and the check creates nothing.
+    assert (missing.code, missing.stdout.splitlines()[0]) == (0, "valid"), missing
+    conn = await asyncpg.connect(postgres_dsn)
+    try:
+        assert await conn.fetchval("SELECT to_regclass('fresh_docs')") is None
+        assert [
+            r[0]
+            for r in await conn.fetch(
+                "SELECT attname FROM pg_attribute WHERE "
+                "attrelid = 'docs'::regclass AND attnum > 0 ORDER BY attnum"
+            )
+        ] == [
+            "connector_id",
+            "external_id",
+        ]  # never altered
+    finally:
+        await conn.close()
 
 
 async def test_validate_connect_says_when_the_target_cannot_be_reached(
