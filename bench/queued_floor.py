@@ -289,8 +289,8 @@ async def sqlite_queued_floor(
     """The SQLite floor: one connection on one writer thread (as syncd's), an in-process
     queue of id batches, ``workers`` senders that claim, ``index``, and finish. With
     ``delivery="queue"``: a :class:`MemoryClaimQueue`, senders that take a batch from it,
-    read it on a read-only connection of its own (on the loop's thread, as syncd's quick
-    reads), ``index``, finish with the compare-and-set and acknowledge."""
+    read it on a read-only connection and thread of its own, ``index``, finish with the
+    compare-and-set and acknowledge."""
     conn = sqlite3.connect(db, check_same_thread=False, isolation_level=None)
     for pragma in ("journal_mode = WAL", "synchronous = NORMAL", "cache_size = -65536"):
         conn.execute(f"PRAGMA {pragma}")
@@ -419,6 +419,8 @@ async def _sqlite_queue_delivery(
     """The SQLite floor with the claim in a :class:`MemoryClaimQueue`."""
     reader = sqlite3.connect(db, check_same_thread=False, isolation_level=None)
     reader.execute("PRAGMA query_only = ON")
+    reading = ThreadPoolExecutor(1, thread_name_prefix="floor-sqlite-read")
+    loop = asyncio.get_running_loop()
     queue = MemoryClaimQueue()
     lease = LEASE.total_seconds()
     crawled = asyncio.Event()
@@ -446,9 +448,9 @@ async def _sqlite_queue_delivery(
                 continue
             held[id(ids)] = ids
             try:
-                claimed: Claimed = reader.execute(
-                    SQLITE_READ, (orjson.dumps(ids).decode(),)
-                ).fetchall()
+                claimed: Claimed = await loop.run_in_executor(
+                    reading, _read, reader, orjson.dumps(ids).decode()
+                )
                 delivered += len(claimed)
                 await index(claimed)
                 pairs = orjson.dumps([(r[0], r[1]) for r in claimed]).decode()
@@ -470,7 +472,12 @@ async def _sqlite_queue_delivery(
         _check_queue_floor(count, delivered, rows.fetchone()[0], queue.sizes())
         return count, crawl, indexed
     finally:
+        reading.shutdown()
         reader.close()
+
+
+def _read(conn: sqlite3.Connection, ids: str) -> list[Any]:
+    return conn.execute(SQLITE_READ, (ids,)).fetchall()
 
 
 async def postgres_queued_floor(
