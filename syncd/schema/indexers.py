@@ -488,7 +488,9 @@ ChunkOverlap = Annotated[
 
 
 def _model_name(value: Any) -> Any:
-    if not isinstance(value, str) or not value.strip() or len(value) > 256:
+    # Exactly what the JSON Schema below says (no test of blanks: the schema's pattern
+    # dialect and Python disagree on which characters are blank).
+    if not isinstance(value, str) or not value or len(value) > 256:
         fail(_MSG_MODEL)
     if any(c in value for c in "\x00\r\n"):
         fail(_MSG_MODEL)
@@ -498,7 +500,9 @@ def _model_name(value: Any) -> Any:
 ModelName = Annotated[
     str,
     BeforeValidator(_model_name),
-    WithJsonSchema({"type": "string", "minLength": 1, "maxLength": 256, "pattern": NO_NUL}),
+    WithJsonSchema(
+        {"type": "string", "minLength": 1, "maxLength": 256, "pattern": "^[^\\u0000\\r\\n]*$"}
+    ),
 ]
 
 
