@@ -17,7 +17,15 @@ from pydantic import BeforeValidator, Field, WithJsonSchema, model_validator
 
 from syncd import paths
 from syncd.rules.shape import template_problem
-from syncd.schema.fields import MSG_NOT_OBJECT, MSG_PATH, MSG_UNKNOWN, PATH_PATTERN, fail, fail_at
+from syncd.schema.fields import (
+    MSG_NOT_OBJECT,
+    MSG_PATH,
+    MSG_UNKNOWN,
+    NO_NUL,
+    PATH_PATTERN,
+    fail,
+    fail_at,
+)
 from syncd.schema.kinds import KindConfig
 
 __all__ = ["METADATA_MAX", "TEXT_PATHS_MAX", "DocumentMapping"]
@@ -151,7 +159,7 @@ Metadata = Annotated[
         {
             "type": "object",
             "additionalProperties": _PATH_SCHEMA,
-            "propertyNames": {"minLength": 1, "maxLength": METADATA_NAME_MAX},
+            "propertyNames": {"minLength": 1, "maxLength": METADATA_NAME_MAX, "pattern": NO_NUL},
             "minProperties": 1,
             "maxProperties": METADATA_MAX,
         }
