@@ -14,6 +14,7 @@ part is a decimal index (``0``, ``12``; RFC 6901 allows no leading zeros). Pure:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any
@@ -29,6 +30,9 @@ class _Missing:
 MISSING: Any = _Missing()
 """What :func:`get_path` returns where a path leads nowhere."""
 
+# RFC 6901: in a pointer, "~" is only ever the start of "~0" or "~1".
+_LONE_TILDE = re.compile(r"~(?![01])")
+
 MSG_PATH = (
     "Must be a dotted path (non-empty parts, e.g. meta.next) or a JSON Pointer "
     "(starting with /, e.g. /@odata.nextLink)"
@@ -40,8 +44,7 @@ def path_problem(text: Any) -> str | None:
     if not isinstance(text, str) or not text or "\u0000" in text:
         return MSG_PATH
     if text.startswith("/"):
-        body = text.replace("~0", "").replace("~1", "")
-        return MSG_PATH if "~" in body else None
+        return MSG_PATH if _LONE_TILDE.search(text) else None
     return None if all(text.split(".")) else MSG_PATH
 
 
@@ -56,7 +59,9 @@ def parse_path(text: str) -> tuple[str, ...]:
 
 
 def _index(part: str, size: int) -> int | None:
-    if not part.isdigit() or (len(part) > 1 and part[0] == "0"):
+    # ASCII digits only (RFC 6901 §4): str.isdigit() also takes superscripts and the
+    # digits of other scripts.
+    if not (part.isascii() and part.isdigit()) or (len(part) > 1 and part[0] == "0"):
         return None
     index = int(part)
     return index if index < size else None

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
 __all__ = ["as_time", "mark_value"]
@@ -35,7 +36,15 @@ def _number(value: Any) -> float | None:
 
 
 def as_time(value: Any) -> datetime:
-    """The mark as an aware UTC time (``ValueError`` when it is none)."""
+    """The mark as an aware UTC time (``ValueError`` when it is none, or out of the range
+    of times)."""
+    try:
+        return _as_time(value)
+    except (OverflowError, OSError) as exc:  # e.g. 1e20 seconds: no such datetime
+        raise ValueError(f"not a time in range: {value!r}") from exc
+
+
+def _as_time(value: Any) -> datetime:
     number = _number(value)
     if number is not None:
         seconds = number / 1000 if abs(number) >= _MS_FROM else number
@@ -54,12 +63,19 @@ def mark_value(value: Any, fmt: str = "as_stored", lag: float = 0.0) -> Any:
     if fmt == "as_stored" and not lag:
         return value
     number = _number(value)
-    if fmt == "as_stored" and number is not None and not isinstance(value, str):
-        # A numeric mark keeps its unit: milliseconds stay milliseconds.
+    if fmt == "as_stored" and number is not None:
+        # A numeric mark keeps its unit (milliseconds stay milliseconds) and its kind:
+        # numeric text such as Slack's ts ("1704067500.000100") stays text, its digits
+        # exact.
         step = lag * 1000 if abs(number) >= _MS_FROM else lag
+        if isinstance(value, str):
+            return str(Decimal(value.strip()) - Decimal(str(step)))
         shifted = number - step
         return int(shifted) if isinstance(value, int) and shifted.is_integer() else shifted
-    when = as_time(value) - timedelta(seconds=lag)
+    try:
+        when = as_time(value) - timedelta(seconds=lag)
+    except OverflowError as exc:  # the lag moves it before the year 1
+        raise ValueError(f"not a time in range: {value!r}") from exc
     if fmt == "unix":
         return math.floor(when.timestamp())
     if fmt == "unix_ms":

@@ -99,10 +99,6 @@ def test_lag_on_an_iso_mark_sends_iso_utc_with_z() -> None:
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="product bug?: lag on a mark stored as numeric text (Slack's ts) sends ISO text",
-)
 def test_lag_on_a_numeric_text_mark_keeps_it_unix_seconds() -> None:
     # Slack's `ts` ("1704067500.000100") is sent back as `oldest`, which takes Unix seconds.
     sent = mark_value("1704067500.000100", "as_stored", 300)
@@ -186,10 +182,6 @@ def test_lag_on_a_mark_that_is_no_time_raises_value_error(value: Any) -> None:
         mark_value(value, "as_stored", 60)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="product bug: a time out of datetime's range escapes as OverflowError/OSError",
-)
 @pytest.mark.parametrize(
     ("value", "fmt", "lag"),
     [
