@@ -159,12 +159,12 @@ class _ConnectorFields(BaseModel):
     )
     hash_fields: HashFields = Field(
         None,
-        description="Dotted paths of the record fields the content hash covers, so that a "
-        "change elsewhere (a view count, a fetch time) does not re-index a document; a path "
-        "missing from a record is left out (a null is not). The stored payload is still the "
-        "whole record, as of its last re-index. Null: the whole record. Changing it "
-        "re-indexes, once, the documents whose hash it changes.",
-        examples=[["title", "body", "author.name"]],
+        description="Paths (dotted or JSON Pointer) of the record fields the content hash "
+        "covers, so that a change elsewhere (a view count, a fetch time) does not re-index a "
+        "document; a path missing from a record is left out (a null is not). The stored "
+        "payload is still the whole record, as of its last re-index. Null: the whole record. "
+        "Changing it re-indexes, once, the documents whose hash it changes.",
+        examples=[["title", "body", "author.name", "/fields/x.y"]],
     )
     document: DocumentMapping | None = Field(
         None,

@@ -12,7 +12,7 @@ keys its client sent.
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, get_args
 
@@ -121,26 +121,33 @@ class TypeTagged:
 # --- pagination --------------------------------------------------------------------------
 
 _PARAM = "Query parameter name (with `in: body`, the path in the JSON body)"
+_PLACED = (
+    "Query parameter name (with `in: body`, the path in the JSON body; with `in: header`, the "
+    "header name)"
+)
 _END_STATUS_MAX = 10
+
+
+def _when(key: str, value: str, then: dict[str, Any], otherwise: Any = None) -> Any:
+    """A JSON Schema rule: with ``key`` set to ``value``, ``then``'s properties hold (else
+    ``otherwise``'s)."""
+    rule: dict[str, Any] = {
+        "if": {"properties": {key: {"const": value}}, "required": [key]},
+        "then": {"properties": then},
+    }
+    if otherwise is not None:
+        rule["else"] = {"properties": otherwise}
+    return rule
 
 
 def _placed_names(schema: dict[str, Any]) -> None:
     # What the validator below checks, for the JSON Schema: the cursor's name is a body path
     # with `in: body` and a header name with `in: header`; the next cursor's place is a
     # header name with `next_from: header` and a path otherwise.
-    def when(key: str, value: str, then: dict[str, Any], otherwise: Any = None) -> Any:
-        rule: dict[str, Any] = {
-            "if": {"properties": {key: {"const": value}}, "required": [key]},
-            "then": {"properties": then},
-        }
-        if otherwise is not None:
-            rule["else"] = {"properties": otherwise}
-        return rule
-
     schema["allOf"] = [
-        when("in", "body", {"cursor_param": {"pattern": PATH_PATTERN}}),
-        when("in", "header", {"cursor_param": {"pattern": HEADER_NAME_PATTERN}}),
-        when(
+        _when("in", "body", {"cursor_param": {"pattern": PATH_PATTERN}}),
+        _when("in", "header", {"cursor_param": {"pattern": HEADER_NAME_PATTERN}}),
+        _when(
             "next_from",
             "header",
             {"next_cursor": {"pattern": HEADER_NAME_PATTERN}},
@@ -170,6 +177,29 @@ def _placed_problems(value: Any) -> list[tuple[tuple[str | int, ...], str]]:
         elif problem := path_problem(found):
             problems.append((("next_cursor",), problem))
     return problems
+
+
+def _header_params(*keys: str) -> Callable[[dict[str, Any]], None]:
+    """The JSON Schema side of :func:`_header_problems`: with `in: header`, ``keys`` are
+    header names (paths too, as the fields say)."""
+
+    def extra(schema: dict[str, Any]) -> None:
+        pattern = {"pattern": HEADER_NAME_PATTERN}
+        schema["allOf"] = [_when("in", "header", dict.fromkeys(keys, pattern))]
+
+    return extra
+
+
+def _header_problems(value: Any, keys: tuple[str, ...]) -> list[tuple[tuple[str | int, ...], str]]:
+    """The parameter names among ``keys`` that cannot be headers, with `in: header`."""
+    if not isinstance(value, Mapping) or value.get("in") != "header":
+        return []
+    header = compiled(HEADER_NAME_PATTERN)
+    return [
+        ((key,), "Invalid header name")
+        for key in keys
+        if isinstance(name := value.get(key), str) and name and not header.fullmatch(name)
+    ]
 
 
 EndStatuses = Annotated[
@@ -202,7 +232,8 @@ class _Ends(_EndStatus):
 class CursorPagination(_Ends):
     """A token from the body, a header or the last record, sent back as a query parameter,
     in the JSON body or as a header. Without `more`/`done`, a missing, null or empty token
-    ends."""
+    in the body or a header ends; one from the last record ends only on an empty page (a last
+    record without it fails the page)."""
 
     model_config = ConfigDict(json_schema_extra=_placed_names)
 
@@ -226,8 +257,8 @@ class CursorPagination(_Ends):
     next_from: Literal["body", "header", "last_record"] = Field(
         "body",
         description="What `next_cursor` reads: `body`, `header` or `last_record` (Stripe's "
-        "`starting_after`, a search's `sort` values); an empty page ends a `last_record` "
-        "crawl.",
+        "`starting_after`, a search's `sort` values). Only an empty page, `more` or `done` "
+        "ends a `last_record` crawl: a last record without `next_cursor` fails the page.",
     )
 
     @model_validator(mode="wrap")
@@ -256,7 +287,12 @@ class LinkHeaderPagination(_EndStatus):
 
 
 ParamName = Annotated[FieldPath, Field(min_length=1)]
-"""A parameter's name: a query parameter name, or a path in the JSON body (``in: body``)."""
+"""A parameter's name: a query parameter name, a path in the JSON body (``in: body``) or a
+header name (``in: header``)."""
+
+_IN = "Where the parameters go: `query`, `body` or `header`."
+_OFFSET_PARAMS = ("offset_param", "limit_param")
+_PAGE_PARAMS = ("page_param", "size_param")
 
 
 class OffsetPagination(_Ends):
@@ -264,13 +300,13 @@ class OffsetPagination(_Ends):
     `total` (or `total_header`), `more` or `done` configured, those end the crawl; otherwise
     a short or empty page does."""
 
+    model_config = ConfigDict(json_schema_extra=_header_params(*_OFFSET_PARAMS))
+
     type: Literal["offset"]
-    offset_param: ParamName = Field("offset", description=f"{_PARAM} of the offset.")
-    limit_param: ParamName = Field("limit", description=f"{_PARAM} of the page size.")
+    offset_param: ParamName = Field("offset", description=f"{_PLACED} of the offset.")
+    limit_param: ParamName = Field("limit", description=f"{_PLACED} of the page size.")
     limit: Limit = Field(100, description="Records asked per page.", examples=[100])
-    in_: Literal["query", "body"] = Field(
-        "query", alias="in", description="Where the parameters go: `query` or `body`."
-    )
+    in_: Literal["query", "body", "header"] = Field("query", alias="in", description=_IN)
     total: FieldPath = absent(
         description="Path of the total number of records in the response body (Jira's "
         "`total`): the crawl ends when the offset reaches it, whatever the page size.",
@@ -280,24 +316,29 @@ class OffsetPagination(_Ends):
         description="Header that holds the total number of records.", examples=["X-Total-Count"]
     )
 
+    @model_validator(mode="wrap")
+    @classmethod
+    def _names(cls, value: Any, handler: ModelWrapValidatorHandler[OffsetPagination]) -> Any:
+        return validated_with(value, handler, _header_problems(value, _OFFSET_PARAMS))
+
 
 class PagePagination(_Ends):
     """A page-number parameter. An empty page ends; so do a short page (with `size`), the
     last page of `total_pages`, `more` and `done`."""
 
+    model_config = ConfigDict(json_schema_extra=_header_params(*_PAGE_PARAMS))
+
     type: Literal["page"]
-    page_param: ParamName = Field("page", description=f"{_PARAM} of the page number.")
+    page_param: ParamName = Field("page", description=f"{_PLACED} of the page number.")
     start: Start = Field(1, description="Number of the first page.", examples=[0, 1])
-    in_: Literal["query", "body"] = Field(
-        "query", alias="in", description="Where the parameters go: `query` or `body`."
-    )
+    in_: Literal["query", "body", "header"] = Field("query", alias="in", description=_IN)
     size: Limit = absent(
         description="Records asked per page, sent as `size_param`: a page with fewer ends "
         "the crawl.",
         examples=[100],
     )
     size_param: ParamName = Field(
-        "per_page", description=f"{_PARAM} of the page size (sent with `size`)."
+        "per_page", description=f"{_PLACED} of the page size (sent with `size`)."
     )
     total_pages: FieldPath = absent(
         description="Path of the number of pages in the response body.", examples=["pages"]
@@ -305,6 +346,11 @@ class PagePagination(_Ends):
     total_pages_header: HeaderName = absent(
         description="Header that holds the number of pages.", examples=["X-WP-TotalPages"]
     )
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _names(cls, value: Any, handler: ModelWrapValidatorHandler[PagePagination]) -> Any:
+        return validated_with(value, handler, _header_problems(value, _PAGE_PARAMS))
 
 
 Pagination = Annotated[

@@ -63,9 +63,16 @@ def render_reference(kinds: Kinds) -> str:
     out = [
         f"Generated from the connector models by `{COMMAND}`: change the models "
         "(`syncd/schema/`), not this text. Strings never hold NUL; the patterns of URLs, "
-        "dotted paths, header names and `${env:}` / `${file:}` references are in the JSON "
+        "paths, header names and `${env:}` / `${file:}` references are in the JSON "
         "Schema (`syncd schema`). A key without a default and not required takes the "
         "runtime's value, given in its description.",
+        "A path, wherever one names a place in a response or a record (`records`, "
+        "`id_field`, cursors, end signals, `incremental`, `hash_fields`, the document "
+        "shape), is dotted or a JSON Pointer. Dotted: non-empty parts joined by dots, each "
+        "an object's key or an array's index (`data.items`, `items.0.id`). JSON Pointer "
+        "(RFC 6901): it starts with `/` and names any key, dots, `@`, `$` and spaces "
+        "included (`/@odata.nextLink`, `/data/0/id`); in a part, `~1` stands for `/` and "
+        "`~0` for `~` (`/a~1b` is the key `a/b`).",
     ]
     for section in sections:
         out.append(_render(section, anchors, about))

@@ -217,7 +217,7 @@ class HttpSource:
         if self._max_pages is not None and self._pages >= self._max_pages:
             found = Next(None, f"max_pages ({self._max_pages}) reached")
         self.last_page = PageReport(
-            found.reason, self._absent_paths(body, records) if self._pages == 1 else ()
+            found.reason, self._absent_paths(response, body, records) if self._pages == 1 else ()
         )
         if self._inc_field is not None:
             self._observe(records, self._inc_field)
@@ -274,11 +274,22 @@ class HttpSource:
             detail = "" if message is MISSING else f": {_shown(message)}"
             raise SourceError(f"source reported an error ({path!r} is {_shown(value)}){detail}")
 
-    def _absent_paths(self, body: Any, records: list[Any]) -> tuple[str, ...]:
-        """Warnings for the configured paths the first page's response lacks."""
+    def _absent_paths(self, response: Response, body: Any, records: list[Any]) -> tuple[str, ...]:
+        """Warnings for the configured paths and headers the first page's response lacks
+        (a path in the last record only when the page has one)."""
         warnings = []
-        for path in self._pagination.watched:
-            if get_path(body, path) is MISSING:
+        last = records[-1] if records else None
+        for spot in self._pagination.watched:
+            path = spot.name
+            if spot.where == "header":
+                if path not in response.headers:
+                    warnings.append(f"header {path} is not in the first page's response")
+            elif spot.where == "last_record":
+                if isinstance(last, Mapping) and get_path(last, path) is MISSING:
+                    warnings.append(
+                        f"{path!r} is not in the first page's last record{_hint(last, path)}"
+                    )
+            elif get_path(body, path) is MISSING:
                 warnings.append(f"{path!r} is not in the first page's response{_hint(body, path)}")
         first = records[0] if records else None
         field = self._inc_field

@@ -9,7 +9,9 @@ back as it came), an absolute URL for ``next_url`` and ``link_header``, a number
 
 A crawl that cannot tell whether more pages exist never passes for complete: a configured
 end signal (``more``, ``done``, ``total``, ``total_pages``) that a page lacks fails it, and
-so does a page that says more pages follow without the means to reach them.
+so does a page that says more pages follow without the means to reach them. A cursor taken
+from the last record ends only on an empty page or an end signal: a last record without it
+fails the page, since a wrong path would otherwise end every crawl after its first page.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 from urllib.parse import urljoin, urlsplit
 
 from syncd.errors import SourceError
@@ -30,6 +32,7 @@ __all__ = [
     "Next",
     "PageRequest",
     "Pagination",
+    "Watched",
     "build_pagination",
     "parse_link_header",
 ]
@@ -37,6 +40,9 @@ __all__ = [
 PAGINATION_TYPES = ("cursor", "next_url", "link_header", "offset", "page")
 
 QueryParams = dict[str, str | int | float]
+
+#: Where a style reads a value: the response body, a header, or the page's last record.
+Place = Literal["body", "header", "last_record"]
 
 _TRUE = (True, 1, "true")
 _FALSE = (False, 0, "false")
@@ -63,6 +69,16 @@ class PageRequest:
 
 
 @dataclass(frozen=True)
+class Watched:
+    """A place a style reads, which a preview warns of when the first page lacks it: a path
+    in the response body (``where="body"``) or in the page's last record
+    (``"last_record"``), or a header name (``"header"``)."""
+
+    name: str
+    where: Place = "body"
+
+
+@dataclass(frozen=True)
 class Next:
     """The cursor of the page after this one (``None``: this was the last) and why."""
 
@@ -79,8 +95,8 @@ class Pagination(Protocol):
         ...
 
     @property
-    def watched(self) -> tuple[str, ...]:
-        """The response-body paths it reads (a preview warns when the first page lacks one)."""
+    def watched(self) -> tuple[Watched, ...]:
+        """The places it reads (a preview warns when the first page lacks one)."""
         ...
 
     def request(self, cursor: str | None, base: PageRequest) -> PageRequest:
@@ -140,9 +156,9 @@ class _Ends:
     end_status: frozenset[int] = frozenset()
 
     @property
-    def watched(self) -> tuple[str, ...]:
+    def watched(self) -> tuple[Watched, ...]:
         """See :class:`Pagination`."""
-        return tuple(p for p in (self.more, self.done) if p is not None)
+        return tuple(Watched(p) for p in (self.more, self.done) if p is not None)
 
     def said(self, body: Any) -> tuple[bool | None, str]:
         """What the end signals say: ``(True, why)`` the crawl ends, ``(False, why)`` more
@@ -170,13 +186,12 @@ class CursorPagination(_Ends):
     cursor_param: str = "cursor"
     where: str = "query"
     next_cursor: str = "next_cursor"
-    next_from: str = "body"
+    next_from: Place = "body"
 
     @property
-    def watched(self) -> tuple[str, ...]:
+    def watched(self) -> tuple[Watched, ...]:
         """See :class:`Pagination`."""
-        own = (self.next_cursor,) if self.next_from == "body" else ()
-        return (*own, *super().watched)
+        return (Watched(self.next_cursor, self.next_from), *super().watched)
 
     def request(self, cursor: str | None, base: PageRequest) -> PageRequest:
         """See :class:`Pagination`."""
@@ -199,8 +214,16 @@ class CursorPagination(_Ends):
         if value is MISSING or value is None or value == "":
             if ended is False:
                 raise self.announced(why, f"no next cursor at {place}")
-            if self.next_from == "last_record" and not records:
-                return Next(None, "empty page")
+            if self.next_from == "last_record":
+                if not records:
+                    return Next(None, "empty page")
+                # Only an empty page or an end signal ends such a crawl: a last record
+                # without the value is a wrong path or a broken record, never "no more".
+                if value is MISSING:
+                    raise SourceError(f"next cursor {self.next_cursor!r} not in the last record")
+                raise SourceError(
+                    f"next cursor {self.next_cursor!r} is {json.dumps(value)} in the last record"
+                )
             return Next(None, f"no next cursor at {place}")
         if self.where == "body":
             text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
@@ -249,9 +272,9 @@ class NextUrlPagination(_Ends, _UrlPagination):
     next_url_path: str = "next"
 
     @property
-    def watched(self) -> tuple[str, ...]:
+    def watched(self) -> tuple[Watched, ...]:
         """See :class:`Pagination`."""
-        return (self.next_url_path, *super().watched)
+        return (Watched(self.next_url_path), *super().watched)
 
     def next(self, cursor: str | None, response: Response, body: Any, records: list[Any]) -> Next:
         """See :class:`Pagination`."""
@@ -275,7 +298,7 @@ class LinkHeaderPagination(_UrlPagination):
     """RFC 8288 ``Link: <…>; rel="next"``."""
 
     end_status: frozenset[int] = frozenset()
-    watched: tuple[str, ...] = ()
+    watched: tuple[Watched, ...] = ()
 
     def next(self, cursor: str | None, response: Response, body: Any, records: list[Any]) -> Next:
         """See :class:`Pagination`."""
@@ -302,10 +325,9 @@ class OffsetPagination(_Ends):
     total_header: str | None = None
 
     @property
-    def watched(self) -> tuple[str, ...]:
+    def watched(self) -> tuple[Watched, ...]:
         """See :class:`Pagination`."""
-        own = (self.total,) if self.total is not None else ()
-        return (*own, *super().watched)
+        return (*_totals(self.total, self.total_header), *super().watched)
 
     def request(self, cursor: str | None, base: PageRequest) -> PageRequest:
         """See :class:`Pagination`."""
@@ -364,10 +386,9 @@ class PagePagination(_Ends):
     total_pages_header: str | None = None
 
     @property
-    def watched(self) -> tuple[str, ...]:
+    def watched(self) -> tuple[Watched, ...]:
         """See :class:`Pagination`."""
-        own = (self.total_pages,) if self.total_pages is not None else ()
-        return (*own, *super().watched)
+        return (*_totals(self.total_pages, self.total_pages_header), *super().watched)
 
     def request(self, cursor: str | None, base: PageRequest) -> PageRequest:
         """See :class:`Pagination`."""
@@ -406,6 +427,13 @@ class PagePagination(_Ends):
             where = f"header {self.total_pages_header}"
             return _count(response.headers.get(self.total_pages_header, MISSING), where), where
         return None, ""
+
+
+def _totals(path: str | None, header: str | None) -> tuple[Watched, ...]:
+    """The places of a total: a body path, a header, or neither."""
+    if path is not None:
+        return (Watched(path),)
+    return (Watched(header, "header"),) if header is not None else ()
 
 
 def _origin(url: str) -> tuple[str, str, int | None] | None:
