@@ -372,8 +372,9 @@ def _same_json(a: Any, b: Any) -> bool:
 
 
 def _shown(value: Any) -> str:
-    """A value from a response body, short enough for an error text."""
-    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    """A value from a response body, short enough for an error text: masked before it is
+    cut, or a secret the answer echoes across the cut would show its beginning."""
+    text = redact(value if isinstance(value, str) else json.dumps(value, ensure_ascii=False))
     return text if len(text) <= 200 else text[:199] + "…"
 
 

@@ -138,7 +138,7 @@ class Things:
         if self.mode == "fail":
             return web.json_response({"ok": False, "error": f"invalid credentials: {echoed}"})
         if self.mode == "long":
-            error = "please check the request. " * 7 + f"key {body['api_key']}"
+            error = "please check the request. " * 7 + f"key {body['api_key']}; " + "see docs " * 9
             return web.json_response({"ok": False, "error": error})
         if self.mode == "status":
             return web.Response(
@@ -272,11 +272,6 @@ async def test_a_secret_echoed_in_a_fail_when_message_is_masked_in_the_run_and_p
     assert things.bodies == [resolved_body(secrets)] * 2
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="product bug: a fail_when message is cut to 200 characters before it is redacted,"
-    " so a secret straddling the cut shows its beginning",
-)
 async def test_a_secret_echoed_at_the_end_of_a_long_fail_when_message_shows_no_part_of_it(
     daemon: Daemon, things: Things, secrets: Secrets
 ) -> None:
@@ -284,7 +279,8 @@ async def test_a_secret_echoed_at_the_end_of_a_long_fail_when_message_shows_no_p
     c = await daemon.create_connector(connector(things.url, secrets))
     run = await sync(daemon, c.id)
     assert run.outcome is RunOutcome.FAILED and run.error is not None
-    assert run.error.endswith("…")  # the message was cut
+    assert run.error.endswith("…")  # the message was cut, after the secret was masked
+    assert "key ***; see docs" in run.error
     assert secrets.api_key[:10] not in run.error
 
 
