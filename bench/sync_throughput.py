@@ -88,21 +88,26 @@ def source_body(url: str, path: str = "/items") -> dict[str, object]:
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
-def _proc_cpu(pid: int) -> float:
-    """CPU seconds (user + system) of one process from ``/proc``; 0 if unreadable."""
+def _proc_cpu(pid: int, *, reaped: bool = False) -> float:
+    """CPU seconds (user + system) of one process from ``/proc``; 0 if unreadable. With
+    ``reaped``, its exited children's too: the postmaster's holds every backend that exited."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return 0.0
     fields = stat.rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / _TICK
+    used = int(fields[11]) + int(fields[12])
+    if reaped:
+        used += int(fields[13]) + int(fields[14])
+    return used / _TICK
 
 
 @dataclass
 class CpuMeter:
     """CPU seconds spent during a phase by this process, its waited-for children (dlt), the
-    source server, the webhook sink, PostgreSQL and Redis. Backends that exit during the
-    phase are missed."""
+    source server, the webhook sink, PostgreSQL and Redis. PostgreSQL's are its live
+    processes' and the postmaster's reaped children's, so backends that exit during the
+    phase count too (and so does whatever else the server ran meanwhile)."""
 
     source_pid: int | None
     sink_pid: int | None = None
@@ -123,7 +128,7 @@ class CpuMeter:
                 comm = (entry / "comm").read_text().strip()
                 if comm == "postgres" or comm.startswith("redis-server"):
                     key = "postgres" if comm == "postgres" else "redis"
-                    out[key] += _proc_cpu(int(entry.name))
+                    out[key] += _proc_cpu(int(entry.name), reaped=key == "postgres")
         return out
 
     @contextlib.contextmanager
