@@ -265,7 +265,10 @@ def embedded_config(tmp: Path, args: argparse.Namespace) -> Config:
 
 class QueuedIndexer:
     """Does nothing, but through the queue and the workers: the built-in ``store`` indexer
-    marks documents indexed as they are committed, so it never exercises the worker path."""
+    marks documents indexed as they are committed, so it never exercises the worker path.
+
+    It takes each claimed batch in one call, as the floor's workers do (``index_batch``); the
+    webhook rounds measure the one-call-per-document path (``batch_size 1``)."""
 
     def __init__(self, config: object, context: object) -> None:
         pass
@@ -273,6 +276,9 @@ class QueuedIndexer:
     needs_payload = False
 
     async def index(self, document: object) -> None:
+        return None
+
+    async def index_batch(self, documents: object) -> None:
         return None
 
 

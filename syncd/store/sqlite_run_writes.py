@@ -80,15 +80,29 @@ class SQLiteRunWrites:
                 for r in conn.execute(sql.EXISTING_DOCUMENTS, (connector_id, ids))
             }
             enqueue = plan_page(documents, existing)
-            if enqueue:
-                # Each payload is serialised exactly once, and only when it is written.
-                conn.executemany(
-                    sql.UPSERT_DOCUMENT,
-                    [
-                        (connector_id, d.external_id, d.content_hash, payload_text(d), at, status)
-                        for d in enqueue
-                    ],
-                )
+            # One writer: what was read above is what the table holds, so the new documents
+            # are inserted (and counted here, not by a trigger: migration 12) and the others
+            # upserted. Each payload is serialised exactly once, and only when it is written.
+            fresh = [d for d in enqueue if d.external_id not in existing]
+            again = [d for d in enqueue if d.external_id in existing] if existing else []
+            for statement, docs in ((sql.INSERT_DOCUMENT, fresh), (sql.UPSERT_DOCUMENT, again)):
+                if docs:
+                    conn.executemany(
+                        statement,
+                        [
+                            (
+                                connector_id,
+                                d.external_id,
+                                d.content_hash,
+                                payload_text(d),
+                                at,
+                                status,
+                            )
+                            for d in docs
+                        ],
+                    )
+            if fresh:
+                conn.execute(sql.COUNT_INSERTED, (connector_id, status, len(fresh)))
             # What a full crawl saw, for its prune: one row for the page. An incremental
             # crawl never prunes and keeps nothing.
             if crawl is not None and crawl.full and page_ids:
