@@ -9,30 +9,20 @@ from __future__ import annotations
 import asyncio
 import copy
 import hashlib
-import ipaddress
 import json
 from collections.abc import AsyncIterator
-from types import TracebackType
 from typing import Any
 
 import pytest
 from aiohttp import web
-from yarl import URL
 
 from syncd.daemon import Daemon
 from syncd.models import Run, RunOutcome
+from tests.integration.loopback import LoopbackServer
 
 COUNT = 25
 PAGE = 10
 CURSOR_PARAM = "$skiptoken"
-
-
-def loopback(url: str) -> str:
-    """``url``, refused unless its host is a loopback address: these tests fetch nothing
-    else."""
-    host = URL(url).host
-    assert host is not None and ipaddress.ip_address(host).is_loopback, url
-    return url
 
 
 def make_record(i: int) -> dict[str, Any]:
@@ -45,35 +35,20 @@ def make_record(i: int) -> dict[str, Any]:
     }
 
 
-class OddKeys:
+class OddKeys(LoopbackServer):
     """A JSON API in the shape of OData/JSON-LD answers: ``GET /v1/things`` answers
     ``{"@odata.context", "@search.results": {"a/b": [...]}, "$meta": {"next cursor"}}``,
     ``PAGE`` records a page, the next page asked with ``$skiptoken``; ``since`` keeps records
     whose ``$v."updated at"`` is at or after it (ISO 8601 text compares as time)."""
 
+    path = "/v1/things"
+
     def __init__(self, count: int) -> None:
         self.records = [make_record(i) for i in range(count)]
         self.queries: list[dict[str, str]] = []
-        self._runner: web.AppRunner | None = None
-        self.url = ""
 
-    async def __aenter__(self) -> OddKeys:
-        app = web.Application()
-        app.router.add_get("/v1/things", self._things)
-        self._runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=1.0)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, "127.0.0.1", 0).start()
-        self.url = loopback(f"http://127.0.0.1:{self._runner.addresses[0][1]}/v1/things")
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
+    def routes(self, app: web.Application) -> None:
+        app.router.add_get(self.path, self._things)
 
     async def _things(self, request: web.Request) -> web.Response:
         query = dict(request.query)

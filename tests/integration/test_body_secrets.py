@@ -13,24 +13,22 @@ from __future__ import annotations
 
 import asyncio
 import io
-import ipaddress
 import json
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import aiohttp
 import pytest
 from aiohttp import web
-from yarl import URL
 
 from syncd.daemon import Daemon
 from syncd.models import Run, RunOutcome
 from syncd.observability.logs import configure_logging
 from tests.integration.conftest import embedded_config
+from tests.integration.loopback import LoopbackServer
 
 pytestmark = pytest.mark.usefixtures("logging_state")
 
@@ -96,37 +94,20 @@ def resolved_body(secrets: Secrets) -> dict[str, Any]:
     return body
 
 
-class Things:
+class Things(LoopbackServer):
     """A GraphQL-like endpoint: ``POST /graphql`` answers ``{"ok": true, "data": [...]}``.
     ``mode`` makes it echo the secrets it was sent back, as careless APIs do: ``"fail"`` in
     a 200 ``{"ok": false, "error": ...}``, ``"long"`` likewise after 180 characters of text,
     ``"status"`` in the reason phrase of a 401."""
 
+    path = "/graphql"
+
     def __init__(self) -> None:
         self.bodies: list[Any] = []
         self.mode = "ok"
-        self._runner: web.AppRunner | None = None
-        self.url = ""
 
-    async def __aenter__(self) -> Things:
-        app = web.Application()
-        app.router.add_post("/graphql", self._graphql)
-        self._runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=1.0)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, "127.0.0.1", 0).start()
-        self.url = f"http://127.0.0.1:{self._runner.addresses[0][1]}/graphql"
-        host = URL(self.url).host
-        assert host is not None and ipaddress.ip_address(host).is_loopback  # nothing else
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
+    def routes(self, app: web.Application) -> None:
+        app.router.add_post(self.path, self._graphql)
 
     async def _graphql(self, request: web.Request) -> web.Response:
         body = await request.json()

@@ -11,19 +11,20 @@ from aiohttp import web
 
 from syncd.models import DocStatus
 from tests.integration.conftest import DaemonFactory, http_source
+from tests.integration.loopback import LoopbackServer
 from tests.integration.sourceserver import SourceServer
 
 RETRYING = {"workers": {"retry_backoff_seconds": 0, "max_attempts": 3}}
 
 
-class Hook:
+class Hook(LoopbackServer):
     """A webhook receiver answering the statuses scripted per external id, then 200."""
+
+    path = "/hook"
 
     def __init__(self) -> None:
         self.script: dict[str, list[int]] = {}
         self.calls: dict[str, int] = {}
-        self.url = ""
-        self._runner: web.AppRunner | None = None
 
     async def _handle(self, request: web.Request) -> web.Response:
         body: dict[str, Any] = await request.json()
@@ -33,19 +34,8 @@ class Hook:
         status = statuses.pop(0) if statuses else 200
         return web.json_response({}, status=status)
 
-    async def __aenter__(self) -> Hook:
-        app = web.Application()
-        app.router.add_post("/hook", self._handle)
-        self._runner = web.AppRunner(app, handle_signals=False)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self.url = f"http://127.0.0.1:{self._runner.addresses[0][1]}/hook"
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        assert self._runner is not None
-        await self._runner.cleanup()
+    def routes(self, app: web.Application) -> None:
+        app.router.add_post(self.path, self._handle)
 
 
 @pytest.fixture

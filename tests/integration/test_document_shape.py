@@ -13,6 +13,7 @@ from syncd.daemon import Daemon
 from syncd.models import DocStatus, Document
 from syncd.plugins import IndexerKind
 from tests.integration.conftest import http_source
+from tests.integration.loopback import LoopbackServer
 from tests.integration.sourceserver import SourceServer
 
 MAPPING = {
@@ -38,31 +39,20 @@ def records(count: int, body: str = "<p>Printer <b>jammed</b></p>") -> list[dict
     ]
 
 
-class Receiver:
+class Receiver(LoopbackServer):
     """A webhook receiver keeping every body it was sent."""
+
+    path = "/hook"
 
     def __init__(self) -> None:
         self.bodies: list[dict[str, Any]] = []
-        self.url = ""
-        self._runner: web.AppRunner | None = None
 
     async def _handle(self, request: web.Request) -> web.Response:
         self.bodies.append(await request.json())
         return web.json_response({})
 
-    async def __aenter__(self) -> Receiver:
-        app = web.Application()
-        app.router.add_post("/hook", self._handle)
-        self._runner = web.AppRunner(app, handle_signals=False)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self.url = f"http://127.0.0.1:{self._runner.addresses[0][1]}/hook"
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        assert self._runner is not None
-        await self._runner.cleanup()
+    def routes(self, app: web.Application) -> None:
+        app.router.add_post(self.path, self._handle)
 
 
 @pytest.fixture

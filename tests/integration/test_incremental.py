@@ -13,12 +13,15 @@ from aiohttp import web
 from syncd.daemon import Daemon
 from syncd.models import DocStatus, RunOutcome
 from tests.integration.conftest import DaemonFactory
+from tests.integration.loopback import LoopbackServer
 
 
-class NewestFirst:
+class NewestFirst(LoopbackServer):
     """An incremental source: records ``{"id", "v"}`` newest first, filtered by ``since``
     (``v >= since``), pages of ``page_size`` addressed by an opaque cursor. It can fail one
     page, and expire every cursor it has handed out (then answered 400)."""
+
+    path = "/items"
 
     def __init__(self, page_size: int = 10) -> None:
         self.records: list[dict[str, Any]] = []
@@ -26,8 +29,6 @@ class NewestFirst:
         self.fail_page: int | None = None
         self.generation = 0
         self.requests: list[dict[str, str]] = []
-        self._runner: web.AppRunner | None = None
-        self.url = ""
 
     def add(self, first: int, last: int) -> None:
         self.records.extend({"id": f"r{v}", "v": v} for v in range(first, last + 1))
@@ -57,19 +58,8 @@ class NewestFirst:
     def expire_cursors(self) -> None:
         self.generation += 1
 
-    async def __aenter__(self) -> NewestFirst:
-        app = web.Application()
-        app.router.add_get("/items", self._items)
-        self._runner = web.AppRunner(app, handle_signals=False)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self.url = f"http://127.0.0.1:{self._runner.addresses[0][1]}/items"
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        assert self._runner is not None
-        await self._runner.cleanup()
+    def routes(self, app: web.Application) -> None:
+        app.router.add_get(self.path, self._items)
 
 
 @pytest.fixture

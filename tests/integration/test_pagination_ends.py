@@ -13,6 +13,7 @@ from aiohttp import web
 from syncd.daemon import Daemon
 from syncd.models import RunOutcome
 from tests.integration.conftest import DaemonFactory
+from tests.integration.loopback import LoopbackServer
 from tests.integration.realapis.recipes import doc_ids, sync
 from tests.integration.sourceserver import make_records
 
@@ -20,7 +21,7 @@ SUCCEEDED, FAILED = RunOutcome.SUCCEEDED, RunOutcome.FAILED
 PAGE = 10
 
 
-class CursorServer:
+class CursorServer(LoopbackServer):
     """25 records in pages of 10, two ways:
 
     - ``GET /headers``: the token is asked for in the ``X-Cursor`` request header and
@@ -36,27 +37,14 @@ class CursorServer:
         self.records = make_records(25)
         self.cursors: list[str | None] = []
         self._failing: dict[str, int] = {}
-        self._runner: web.AppRunner | None = None
-        self.url = ""
 
     def fail(self, cursor: str, status: int) -> None:
         """Answer the next request for ``cursor`` with ``status``."""
         self._failing[cursor] = status
 
-    async def __aenter__(self) -> CursorServer:
-        app = web.Application()
+    def routes(self, app: web.Application) -> None:
         app.router.add_get("/headers", self._headers)
         app.router.add_get("/after", self._after)
-        self._runner = web.AppRunner(app)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self.url = f"http://127.0.0.1:{self._runner.addresses[0][1]}"
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        assert self._runner is not None
-        await self._runner.cleanup()
 
     def _asked(self, cursor: str | None) -> web.Response | None:
         self.cursors.append(cursor)

@@ -30,6 +30,7 @@ from syncd.sources.auth import OAUTH2_STATE_KEY, TOKENS, AuthError, TokenCache, 
 from syncd.sources.base import SourceContext
 from syncd.sources.secrets import connector_secrets
 from tests.integration.conftest import DaemonFactory
+from tests.integration.loopback import LoopbackServer
 
 
 def canary(kind: str) -> str:
@@ -45,7 +46,7 @@ class Seen:
     pairs: list[tuple[str, str]] = field(default_factory=list)  # the query, repeats kept
 
 
-class Api:
+class Api(LoopbackServer):
     """A local API on its own port: ``/items`` (two pages, cursor style) accepts the access
     tokens that ``/token`` issued, ``/open`` accepts anything and records it, ``/next``
     pages by next URL repeating ``api_key``. ``/token`` is an RFC 6749 token endpoint."""
@@ -64,8 +65,6 @@ class Api:
         self.token_asked = asyncio.Event()
         self.reject_pages = 0  # answer 401 to this many page requests (revoking the token)
         self.moved_to = ""  # where POST /moved redirects (307)
-        self.url = ""
-        self._runner: web.AppRunner | None = None
 
     @property
     def token_requests(self) -> list[Seen]:
@@ -75,23 +74,17 @@ class Api:
     def page_requests(self) -> list[Seen]:
         return [s for s in self.seen if s.path != "/token"]
 
-    async def start(self) -> None:
-        app = web.Application()
+    def routes(self, app: web.Application) -> None:
         app.router.add_post("/token", self._token)
         app.router.add_post("/moved", self._moved)
         app.router.add_get("/items", self._items)
         app.router.add_get("/open", self._open)
         app.router.add_get("/next", self._open)
-        self._runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=1.0)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, "127.0.0.1", 0).start()
-        self.url = f"http://127.0.0.1:{self._runner.addresses[0][1]}"
 
     async def stop(self) -> None:
         if self.token_gate is not None:
             self.token_gate.set()
-        if self._runner is not None:
-            await self._runner.cleanup()
+        await super().stop()
 
     def _record(self, request: web.Request, form: Mapping[str, str] | None = None) -> None:
         query = list(request.query.items())

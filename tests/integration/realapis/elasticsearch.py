@@ -63,12 +63,12 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from types import TracebackType
 from typing import Any
 
 from aiohttp import web
 from multidict import CIMultiDict
 
+from tests.integration.loopback import LoopbackServer
 from tests.integration.realapis.faults import Faults
 
 __all__ = ["ElasticsearchServer", "RecordedRequest", "make_documents"]
@@ -207,7 +207,7 @@ class _Doc:
     source: Mapping[str, Any]
 
 
-class ElasticsearchServer:
+class ElasticsearchServer(LoopbackServer):
     """One Elasticsearch index behind ``/{index}/_search`` (see module doc)."""
 
     def __init__(
@@ -231,44 +231,13 @@ class ElasticsearchServer:
         self._faults = Faults()
         self._records: list[dict[str, Any]] = []
         self.set_records(records)
-        self._runner: web.AppRunner | None = None
-        self._port = 0
 
     # --- lifecycle ---------------------------------------------------------------------
 
-    async def start(self) -> None:
-        """Start serving on 127.0.0.1 on a free port."""
-        app = web.Application()
+    def routes(self, app: web.Application) -> None:
         for path in ("/_search", "/{index}/_search"):
             app.router.add_get(path, self._search)
             app.router.add_post(path, self._search)
-        self._runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=1.0)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, "127.0.0.1", 0).start()
-        self._port = int(self._runner.addresses[0][1])
-
-    async def stop(self) -> None:
-        """Stop the server."""
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
-
-    async def __aenter__(self) -> ElasticsearchServer:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.stop()
-
-    @property
-    def url(self) -> str:
-        """Base URL, e.g. ``http://127.0.0.1:41234``."""
-        return f"http://127.0.0.1:{self._port}"
 
     @property
     def search_url(self) -> str:

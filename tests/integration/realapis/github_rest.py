@@ -50,11 +50,12 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from types import TracebackType
 from typing import Any
 from urllib.parse import urlencode
 
 from aiohttp import web
+
+from tests.integration.loopback import LoopbackServer
 
 __all__ = ["GitHubServer", "RecordedRequest"]
 
@@ -94,7 +95,7 @@ class _Secondary:
     retry_after: int | None
 
 
-class GitHubServer:
+class GitHubServer(LoopbackServer):
     """One repository's issues with GitHub's paging and rate limits (see the module doc).
 
     ``records`` issues #1... are generated: issue ``n`` created and updated ``n - 1``
@@ -129,43 +130,16 @@ class GitHubServer:
         self._issues: list[dict[str, Any]] = []
         self._clock = BASE_TIME - timedelta(minutes=1)
         self._request_ids = itertools.count(1)
-        self._runner: web.AppRunner | None = None
-        self._port = 0
         self.add(records)
 
     # --- lifecycle --------------------------------------------------------------------
 
-    async def start(self) -> None:
-        """Serve on 127.0.0.1, on a free port."""
-        app = web.Application()
+    def routes(self, app: web.Application) -> None:
         app.router.add_get("/repos/{owner}/{repo}/issues", self._list)
         app.router.add_get("/repositories/{repository_id}/issues", self._list)
-        self._runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=1.0)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, "127.0.0.1", 0).start()
-        self._port = int(self._runner.addresses[0][1])
 
-    async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
-
-    async def __aenter__(self) -> GitHubServer:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.stop()
-
-    @property
-    def url(self) -> str:
-        """Base URL, standing for https://api.github.com, e.g. ``http://127.0.0.1:41234``."""
-        return f"http://127.0.0.1:{self._port}"
+    #: Base URL, standing for https://api.github.com, e.g. ``http://127.0.0.1:41234``.
+    url: str
 
     @property
     def issues_url(self) -> str:

@@ -57,10 +57,11 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from types import TracebackType
 from typing import Any
 
 from aiohttp import web
+
+from tests.integration.loopback import LoopbackServer
 
 __all__ = ["GitHubGraphQLServer", "RecordedRequest", "make_issues"]
 
@@ -236,7 +237,7 @@ def _variable_defaults(query: str) -> dict[str, Any]:
 # --- the server --------------------------------------------------------------------------
 
 
-class GitHubGraphQLServer:
+class GitHubGraphQLServer(LoopbackServer):
     """GitHub's GraphQL endpoint for one repository's issues (see module doc)."""
 
     def __init__(
@@ -254,42 +255,14 @@ class GitHubGraphQLServer:
         self._records: list[dict[str, Any]] = []
         self.set_records(records)
         self._points_used = 0
-        self._runner: web.AppRunner | None = None
-        self._port = 0
 
     # --- lifecycle ---------------------------------------------------------------------
 
-    async def start(self) -> None:
-        """Start serving on 127.0.0.1 on a free port."""
-        app = web.Application()
+    def routes(self, app: web.Application) -> None:
         app.router.add_post("/graphql", self._graphql)
-        self._runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=1.0)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, "127.0.0.1", 0).start()
-        self._port = int(self._runner.addresses[0][1])
 
-    async def stop(self) -> None:
-        """Stop the server."""
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
-
-    async def __aenter__(self) -> GitHubGraphQLServer:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.stop()
-
-    @property
-    def url(self) -> str:
-        """Base URL, e.g. ``http://127.0.0.1:41234`` (the endpoint is ``{url}/graphql``)."""
-        return f"http://127.0.0.1:{self._port}"
+    #: Base URL, e.g. ``http://127.0.0.1:41234`` (the endpoint is ``{url}/graphql``).
+    url: str
 
     # --- records -----------------------------------------------------------------------
 

@@ -55,11 +55,11 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from types import TracebackType
 from typing import Any
 
 from aiohttp import web
 
+from tests.integration.loopback import LoopbackServer
 from tests.integration.realapis.faults import Faults
 
 __all__ = ["JiraServer", "JqlError", "RecordedRequest", "parse_jql"]
@@ -250,7 +250,7 @@ class _Refused(Exception):
         self.status, self.messages = status, list(messages)
 
 
-class JiraServer:
+class JiraServer(LoopbackServer):
     """One Jira Cloud site with one project (see the module doc).
 
     ``records`` issues ``KEY-1``... are generated: issue ``i`` (0-based) created ``i``
@@ -278,44 +278,14 @@ class JiraServer:
         self._clock = BASE_TIME - timedelta(minutes=1)
         self._tokens: dict[str, tuple[str, int]] = {}  # nextPageToken -> (jql, offset)
         self._faults = Faults()
-        self._runner: web.AppRunner | None = None
-        self._port = 0
         self.add(records)
 
     # --- lifecycle --------------------------------------------------------------------
 
-    async def start(self) -> None:
-        """Serve on 127.0.0.1, on a free port."""
-        app = web.Application()
+    def routes(self, app: web.Application) -> None:
         app.router.add_get("/rest/api/3/search", self._search)
         app.router.add_post("/rest/api/3/search", self._search)
         app.router.add_get("/rest/api/3/search/jql", self._search_jql)
-        self._runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=1.0)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, "127.0.0.1", 0).start()
-        self._port = int(self._runner.addresses[0][1])
-
-    async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
-
-    async def __aenter__(self) -> JiraServer:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.stop()
-
-    @property
-    def url(self) -> str:
-        """Base URL, e.g. ``http://127.0.0.1:41234``."""
-        return f"http://127.0.0.1:{self._port}"
 
     def basic_auth(self) -> str:
         """The ``Authorization`` header value for :attr:`email` and :attr:`api_token`."""

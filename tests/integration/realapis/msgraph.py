@@ -54,11 +54,12 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from types import TracebackType
 from typing import Any
 from urllib.parse import quote
 
 from aiohttp import web
+
+from tests.integration.loopback import LoopbackServer
 
 __all__ = ["GraphServer", "RecordedRequest", "user_id"]
 
@@ -121,7 +122,7 @@ class _Refused(Exception):
         self.status, self.code, self.message = status, code, message
 
 
-class GraphServer:
+class GraphServer(LoopbackServer):
     """``GET /v1.0/users`` and ``GET /v1.0/users/delta`` of one tenant (see the module doc).
 
     ``records`` users are generated. :meth:`add`, :meth:`update` and :meth:`remove` change
@@ -145,43 +146,16 @@ class GraphServer:
         self._version = 0
         self._tokens: dict[str, _Token] = {}
         self._request_ids = itertools.count(1)
-        self._runner: web.AppRunner | None = None
-        self._port = 0
         self.add(records)
 
     # --- lifecycle --------------------------------------------------------------------
 
-    async def start(self) -> None:
-        """Serve on 127.0.0.1, on a free port."""
-        app = web.Application()
+    def routes(self, app: web.Application) -> None:
         app.router.add_get("/v1.0/users", self._list)
         app.router.add_get("/v1.0/users/delta", self._delta)
-        self._runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=1.0)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, "127.0.0.1", 0).start()
-        self._port = int(self._runner.addresses[0][1])
 
-    async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
-
-    async def __aenter__(self) -> GraphServer:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.stop()
-
-    @property
-    def url(self) -> str:
-        """Base URL, e.g. ``http://127.0.0.1:41234`` (Graph's is https://graph.microsoft.com)."""
-        return f"http://127.0.0.1:{self._port}"
+    #: Base URL, e.g. ``http://127.0.0.1:41234`` (Graph's is https://graph.microsoft.com).
+    url: str
 
     # --- content ----------------------------------------------------------------------
 

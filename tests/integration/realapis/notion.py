@@ -51,11 +51,11 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
-from types import TracebackType
 from typing import Any
 
 from aiohttp import web
 
+from tests.integration.loopback import LoopbackServer
 from tests.integration.realapis.faults import Faults
 
 __all__ = ["NotionServer", "RecordedRequest", "page_id"]
@@ -104,7 +104,7 @@ def _shown(value: Any) -> str:
     return "`undefined`" if value is None else f"`{json.dumps(value, ensure_ascii=False)}`"
 
 
-class NotionServer:
+class NotionServer(LoopbackServer):
     """One Notion database whose pages can be queried (see the module doc).
 
     ``records`` pages are generated (page ``i`` created and last edited ``i`` minutes after
@@ -126,42 +126,12 @@ class NotionServer:
         self._clock = BASE_TIME - timedelta(minutes=1)
         self._request_ids = itertools.count(1)
         self._faults = Faults()
-        self._runner: web.AppRunner | None = None
-        self._port = 0
         self.add(records)
 
     # --- lifecycle --------------------------------------------------------------------
 
-    async def start(self) -> None:
-        """Serve on 127.0.0.1, on a free port."""
-        app = web.Application()
+    def routes(self, app: web.Application) -> None:
         app.router.add_post("/v1/databases/{database_id}/query", self._query)
-        self._runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=1.0)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, "127.0.0.1", 0).start()
-        self._port = int(self._runner.addresses[0][1])
-
-    async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
-
-    async def __aenter__(self) -> NotionServer:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.stop()
-
-    @property
-    def url(self) -> str:
-        """Base URL, e.g. ``http://127.0.0.1:41234``."""
-        return f"http://127.0.0.1:{self._port}"
 
     @property
     def query_url(self) -> str:

@@ -10,7 +10,6 @@ import json
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -19,6 +18,7 @@ from aiohttp import web
 
 from syncd.daemon import Daemon
 from syncd.models import DocStatus, Run
+from tests.integration.loopback import LoopbackServer
 
 __all__ = [
     "NAMES",
@@ -125,7 +125,7 @@ async def payload(daemon: Daemon, connector_id: str, external_id: str) -> Any:
     return (await daemon.get_document(connector_id, external_id)).payload
 
 
-class MicrosoftLogin:
+class MicrosoftLogin(LoopbackServer):
     """The Microsoft identity platform's client credentials flow, as
     https://learn.microsoft.com/en-us/entra/identity-platform/v2-oauth2-client-creds-grant-flow
     documents it: ``POST /{tenant}/oauth2/v2.0/token`` with ``client_id``, ``scope``
@@ -138,26 +138,9 @@ class MicrosoftLogin:
         self.client_id = "6731de76-14a6-49ae-97bc-6eba6914391e"
         self.client_secret = "sampleCredentia1s-fixture"
         self.requests: list[dict[str, str]] = []
-        self._runner: web.AppRunner | None = None
-        self.url = ""
 
-    async def __aenter__(self) -> MicrosoftLogin:
-        app = web.Application()
+    def routes(self, app: web.Application) -> None:
         app.router.add_post("/{tenant}/oauth2/v2.0/token", self._token)
-        self._runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=1.0)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, "127.0.0.1", 0).start()
-        self.url = f"http://127.0.0.1:{self._runner.addresses[0][1]}"
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
 
     async def _token(self, request: web.Request) -> web.Response:
         form = {k: str(v) for k, v in (await request.post()).items()}

@@ -55,10 +55,11 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
-from types import TracebackType
 from typing import Any
 
 from aiohttp import web
+
+from tests.integration.loopback import LoopbackServer
 
 __all__ = ["HISTORY_PATH", "RecordedRequest", "SlackServer", "make_messages"]
 
@@ -126,7 +127,7 @@ def _timestamp(raw: str | None) -> Decimal | None:
     return value
 
 
-class SlackServer:
+class SlackServer(LoopbackServer):
     """Slack's ``conversations.history`` for one channel (see module doc)."""
 
     def __init__(
@@ -149,43 +150,15 @@ class SlackServer:
         self.set_records(records)
         self._window_start = 0.0
         self._window_calls = 0
-        self._runner: web.AppRunner | None = None
-        self._port = 0
 
     # --- lifecycle ---------------------------------------------------------------------
 
-    async def start(self) -> None:
-        """Start serving on 127.0.0.1 on a free port."""
-        app = web.Application()
+    def routes(self, app: web.Application) -> None:
         app.router.add_get(HISTORY_PATH, self._history)
         app.router.add_post(HISTORY_PATH, self._history)
-        self._runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=1.0)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, "127.0.0.1", 0).start()
-        self._port = int(self._runner.addresses[0][1])
 
-    async def stop(self) -> None:
-        """Stop the server."""
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
-
-    async def __aenter__(self) -> SlackServer:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.stop()
-
-    @property
-    def url(self) -> str:
-        """Base URL, e.g. ``http://127.0.0.1:41234`` (stands for ``https://slack.com``)."""
-        return f"http://127.0.0.1:{self._port}"
+    #: Base URL, e.g. ``http://127.0.0.1:41234`` (stands for ``https://slack.com``).
+    url: str
 
     @property
     def history_url(self) -> str:

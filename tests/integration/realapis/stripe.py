@@ -40,11 +40,11 @@ import hashlib
 import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import Any
 
 from aiohttp import web
 
+from tests.integration.loopback import LoopbackServer
 from tests.integration.realapis.faults import Faults
 
 __all__ = ["RecordedRequest", "StripeServer", "customer_id"]
@@ -93,7 +93,7 @@ def _invalid(message: str, param: str | None = None, code: str | None = None) ->
     return _Refused(400, error)
 
 
-class StripeServer:
+class StripeServer(LoopbackServer):
     """``GET /v1/customers`` as Stripe documents it (see the module doc).
 
     ``records`` customers are generated (customer ``i`` was created ``i`` minutes after
@@ -110,8 +110,6 @@ class StripeServer:
         self._next_index = 0
         self._request_ids = itertools.count(1)
         self._faults = Faults()
-        self._runner: web.AppRunner | None = None
-        self._port = 0
         if isinstance(records, int):
             self.add(records)
         else:
@@ -120,36 +118,11 @@ class StripeServer:
 
     # --- lifecycle --------------------------------------------------------------------
 
-    async def start(self) -> None:
-        """Serve on 127.0.0.1, on a free port."""
-        app = web.Application()
+    def routes(self, app: web.Application) -> None:
         app.router.add_get("/v1/customers", self._list)
-        self._runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=1.0)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, "127.0.0.1", 0).start()
-        self._port = int(self._runner.addresses[0][1])
 
-    async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
-
-    async def __aenter__(self) -> StripeServer:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.stop()
-
-    @property
-    def url(self) -> str:
-        """Base URL, e.g. ``http://127.0.0.1:41234`` (the list is at ``/v1/customers``)."""
-        return f"http://127.0.0.1:{self._port}"
+    #: Base URL, e.g. ``http://127.0.0.1:41234`` (the list is at ``/v1/customers``).
+    url: str
 
     # --- content ----------------------------------------------------------------------
 

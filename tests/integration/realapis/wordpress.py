@@ -53,12 +53,13 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from types import TracebackType
 from typing import Any
 from urllib.parse import urlencode
 
 from aiohttp import web
 from multidict import CIMultiDict
+
+from tests.integration.loopback import LoopbackServer
 
 __all__ = ["POSTS_PATH", "RecordedRequest", "WordPressServer", "make_posts"]
 
@@ -153,49 +154,21 @@ def _gmt(value: Any) -> datetime:
     return datetime.fromisoformat(str(value)).replace(tzinfo=UTC)
 
 
-class WordPressServer:
+class WordPressServer(LoopbackServer):
     """A WordPress site's posts collection (see module doc)."""
 
     def __init__(self, records: int | Sequence[Mapping[str, Any]] = 0) -> None:
         self.requests: list[RecordedRequest] = []
         self._records: list[dict[str, Any]] = []
         self.set_records(records)
-        self._runner: web.AppRunner | None = None
-        self._port = 0
 
     # --- lifecycle ---------------------------------------------------------------------
 
-    async def start(self) -> None:
-        """Start serving on 127.0.0.1 on a free port."""
-        app = web.Application()
+    def routes(self, app: web.Application) -> None:
         app.router.add_get(POSTS_PATH, self._posts)
-        self._runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=1.0)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, "127.0.0.1", 0).start()
-        self._port = int(self._runner.addresses[0][1])
 
-    async def stop(self) -> None:
-        """Stop the server."""
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
-
-    async def __aenter__(self) -> WordPressServer:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.stop()
-
-    @property
-    def url(self) -> str:
-        """Base URL, e.g. ``http://127.0.0.1:41234`` (posts are at ``{url}{POSTS_PATH}``)."""
-        return f"http://127.0.0.1:{self._port}"
+    #: Base URL, e.g. ``http://127.0.0.1:41234`` (posts are at ``{url}{POSTS_PATH}``).
+    url: str
 
     @property
     def posts_url(self) -> str:

@@ -55,11 +55,12 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from types import TracebackType
 from typing import Any
 from urllib.parse import urlencode
 
 from aiohttp import web
+
+from tests.integration.loopback import LoopbackServer
 
 __all__ = ["EXPORT_PATH", "RecordedRequest", "ZendeskServer", "make_tickets"]
 
@@ -123,7 +124,7 @@ def _decode_cursor(cursor: str) -> tuple[int, int] | None:
     return (int(match.group(1)), int(match.group(2))) if match else None
 
 
-class ZendeskServer:
+class ZendeskServer(LoopbackServer):
     """A Zendesk account's incremental ticket export (see module doc)."""
 
     def __init__(
@@ -150,44 +151,16 @@ class ZendeskServer:
         self.set_records(records)
         self._window_start = 0.0
         self._window_calls = 0
-        self._runner: web.AppRunner | None = None
-        self._port = 0
 
     # --- lifecycle ---------------------------------------------------------------------
 
-    async def start(self) -> None:
-        """Start serving on 127.0.0.1 on a free port."""
-        app = web.Application()
+    def routes(self, app: web.Application) -> None:
         app.router.add_get(EXPORT_PATH, self._export)
         app.router.add_get(EXPORT_PATH.removesuffix(".json"), self._export)
-        self._runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=1.0)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, "127.0.0.1", 0).start()
-        self._port = int(self._runner.addresses[0][1])
 
-    async def stop(self) -> None:
-        """Stop the server."""
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
-
-    async def __aenter__(self) -> ZendeskServer:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.stop()
-
-    @property
-    def url(self) -> str:
-        """Base URL, e.g. ``http://127.0.0.1:41234`` (stands for
-        ``https://{subdomain}.zendesk.com``)."""
-        return f"http://127.0.0.1:{self._port}"
+    #: Base URL, e.g. ``http://127.0.0.1:41234`` (stands for
+    #: ``https://{subdomain}.zendesk.com``).
+    url: str
 
     @property
     def export_url(self) -> str:
