@@ -49,6 +49,17 @@ from syncd.store.base import Store
 log = structlog.get_logger("syncd.indexing.workers")
 
 IndexerResolver = Callable[[Connector], tuple[Indexer, IndexerKind]]
+
+#: Connectors a pool keeps for the batches to come (all forgotten past it: a new read each).
+_KNOWN_MAX = 4096
+
+
+def _with_payload(connector: Connector, kind: IndexerKind | None) -> bool:
+    """Whether a claim for ``connector`` reads the payloads: the indexer needs them, or the
+    document shape is read from them (a mapping loads them for any indexer)."""
+    return kind is not None and (kind.needs_payload or connector.document is not None)
+
+
 """The connector's indexer and its kind (:class:`syncd.plugins.Indexers`)."""
 
 #: Longest a finished document waits before its result is written to the store.
@@ -125,6 +136,9 @@ class Workers:
         # connector id -> batches being indexed now, so an abort can cancel them.
         self._active: dict[str, set[_Job]] = {}
         self._waiting: set[asyncio.Task[Any]] = set()
+        # The connectors batches were last delivered for, kept while each claim's stamp says
+        # they are current: a batch then costs the store no read of its connector.
+        self._known: dict[str, Connector] = {}
 
     def start(self) -> None:
         """Start the workers and the sweeper."""
@@ -219,6 +233,18 @@ class Workers:
             else:
                 self._recovered(store_outage)
 
+    def _resolve(
+        self, connector: Connector
+    ) -> tuple[Indexer | None, IndexerKind | None, str | None]:
+        """The connector's indexer and its kind, or why there is none: an unknown type (a
+        plugin gone) or a factory that raised fails the documents with the reason, visible
+        and re-queueable once it is fixed."""
+        try:
+            indexer, kind = self._indexer_for(connector)
+        except Exception as exc:
+            return None, None, f"Indexer unavailable: {exc}"[:500]
+        return indexer, kind, None
+
     async def _pause(self, seconds: float | None = None) -> None:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(
@@ -250,23 +276,16 @@ class Workers:
         deletes = False
         claiming = False
         try:
-            connector = await self._store.get_connector(cid)
+            connector = self._known.get(cid) or await self._store.get_connector(cid)
             if connector is None or connector.status is ConnectorStatus.DELETING:
+                self._known.pop(cid, None)
                 await self._queue.ack(batch)
                 return
-            with_payload = False
-            try:
-                indexer, kind = self._indexer_for(connector)
-                # The shape is read from the payload: a mapping loads it for any indexer.
-                with_payload = kind.needs_payload or connector.document is not None
-                deletes = kind.supports_delete
-            except Exception as exc:
-                # Unknown type (a plugin gone) or a factory that raised: the documents are
-                # failed with the reason, visible and re-queueable once it is fixed.
-                problem = f"Indexer unavailable: {exc}"[:500]
+            indexer, kind, problem = self._resolve(connector)
+            with_payload = _with_payload(connector, kind)
             now = utcnow()
             claiming = True
-            docs = await self._store.claim_documents(
+            claim = await self._store.claim_for_delivery(
                 cid,
                 batch.external_ids,
                 lease_token=token,
@@ -274,6 +293,26 @@ class Workers:
                 now=now,
                 with_payload=with_payload,
             )
+            docs = claim.documents
+            if claim.stamp is not None and claim.stamp != (connector.status, connector.updated_at):
+                # The connector changed since it was read (its config, its status): read it
+                # again. Documents claimed for a copy that no longer holds -- deleting, gone, or
+                # now needing the payloads this claim did not read -- go back, to be delivered
+                # under the current one.
+                self._known.pop(cid, None)
+                fresh = await self._store.get_connector(cid)
+                if fresh is None or fresh.status is ConnectorStatus.DELETING:
+                    await self._hand_back(batch, token)
+                    return
+                indexer, kind, problem = self._resolve(fresh)
+                if _with_payload(fresh, kind) and not with_payload:
+                    await self._hand_back(batch, token)
+                    return
+                connector = fresh
+            if len(self._known) >= _KNOWN_MAX:
+                self._known.clear()
+            self._known[cid] = connector
+            deletes = kind is not None and kind.supports_delete
         except Exception:
             # Nothing was indexed: give back what this token may hold (a claim can commit
             # with its answer lost) and the batch, or its documents would stay pending with
@@ -281,7 +320,7 @@ class Workers:
             # (and a store that is away could not release anything anyway).
             await self._hand_back(batch, token, claimed=claiming)
             raise
-        if indexer is None:
+        if indexer is None or kind is None:
             await self._queue.ack(batch)
             if docs:
                 log.error("worker.no_indexer", connector_id=cid, error=problem)

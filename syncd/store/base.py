@@ -45,6 +45,16 @@ for); its transition may carry a prune plan (:class:`~syncd.models.PrunePlan`)."
 
 
 @dataclass(frozen=True)
+class Claim:
+    """What :meth:`Store.claim_for_delivery` took: the documents, and the connector's
+    ``(status, updated_at)`` as the claim read it (``None`` when nothing was claimed), so a
+    worker can tell whether the connector it holds is still the current one."""
+
+    documents: list[Document]
+    stamp: tuple[ConnectorStatus, datetime] | None
+
+
+@dataclass(frozen=True)
 class InstanceBeat:
     """The last heartbeat of one daemon incarnation (``owner``): what it reported and when."""
 
@@ -280,6 +290,20 @@ class Store(Protocol):
         """Compare-and-set ``pending → running`` for those of ``external_ids`` that are
         pending: set the lease, ``attempts += 1``. Returns the claimed ones, with their
         payload unless ``with_payload`` is false (an indexer that does not read it)."""
+
+    async def claim_for_delivery(
+        self,
+        connector_id: str,
+        external_ids: Sequence[str],
+        *,
+        lease_token: str,
+        lease_until: datetime,
+        now: datetime,
+        with_payload: bool = True,
+    ) -> Claim:
+        """:meth:`claim_documents`, and in the same statement the connector's status and
+        ``updated_at`` (every change of its config or status moves it): a worker reads the
+        connector again only when they differ from the copy it holds."""
 
     async def finish_documents(
         self,

@@ -15,9 +15,10 @@ from datetime import datetime
 from typing import Any
 
 from syncd.errors import Fenced
-from syncd.models import DocStatus, Document
+from syncd.models import ConnectorStatus, DocStatus, Document
 from syncd.store import codec
 from syncd.store import postgres_sql as sql
+from syncd.store.base import Claim
 from syncd.store.postgres_conn import PostgresDatabase, Record
 
 __all__ = ["PostgresDocuments"]
@@ -84,8 +85,29 @@ class PostgresDocuments:
     ) -> list[Document]:
         """``pending → running`` under a lease for those still pending; them, with their
         payload unless ``with_payload`` is false."""
+        claim = await self.claim_for_delivery(
+            connector_id,
+            external_ids,
+            lease_token=lease_token,
+            lease_until=lease_until,
+            now=now,
+            with_payload=with_payload,
+        )
+        return claim.documents
+
+    async def claim_for_delivery(
+        self,
+        connector_id: str,
+        external_ids: Sequence[str],
+        *,
+        lease_token: str,
+        lease_until: datetime,
+        now: datetime,
+        with_payload: bool = True,
+    ) -> Claim:
+        """:meth:`claim_documents` with the connector's stamp, read by the same statement."""
         if not external_ids:
-            return []
+            return Claim([], None)
         rows = await self._db.fetch_all(
             sql.CLAIM_DOCUMENTS if with_payload else sql.CLAIM_DOCUMENTS_NO_PAYLOAD,
             connector_id,
@@ -94,7 +116,11 @@ class PostgresDocuments:
             lease_until,
             now,
         )
-        return [_document(row, with_payload=with_payload) for row in rows]
+        if not rows:
+            return Claim([], None)
+        status, updated_at = rows[0][-2], rows[0][-1]
+        stamp = None if status is None else (ConnectorStatus(status), updated_at)
+        return Claim([_document(row, with_payload=with_payload) for row in rows], stamp)
 
     async def finish_documents(
         self,

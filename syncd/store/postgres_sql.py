@@ -446,8 +446,14 @@ FROM c
 WHERE d.connector_id = $1 AND d.external_id = c.external_id
 RETURNING """
 _CLAIMED_DOCUMENT_COLUMNS: Final = ", ".join(f"d.{c}" for c in DOCUMENT_COLUMNS)
-CLAIM_DOCUMENTS: Final = f"{_DOCUMENT_CLAIM}{_CLAIMED_DOCUMENT_COLUMNS}, d.payload"
-CLAIM_DOCUMENTS_NO_PAYLOAD: Final = f"{_DOCUMENT_CLAIM}{_CLAIMED_DOCUMENT_COLUMNS}"
+# Last, the connector's status and updated_at (one initplan each, read once): the stamp a
+# worker compares with the connector it holds (Store.claim_for_delivery).
+_CLAIM_STAMP: Final = (
+    "(SELECT k.status FROM connectors AS k WHERE k.id = $1), "
+    "(SELECT k.updated_at FROM connectors AS k WHERE k.id = $1)"
+)
+CLAIM_DOCUMENTS: Final = f"{_DOCUMENT_CLAIM}{_CLAIMED_DOCUMENT_COLUMNS}, d.payload, {_CLAIM_STAMP}"
+CLAIM_DOCUMENTS_NO_PAYLOAD: Final = f"{_DOCUMENT_CLAIM}{_CLAIMED_DOCUMENT_COLUMNS}, {_CLAIM_STAMP}"
 
 # Driven by the ids like the claim, for the same reason: "external_id = ANY($4)" next to
 # "status = 'running'" was planned as a scan of the connector's running entries of the

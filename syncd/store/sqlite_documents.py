@@ -14,9 +14,16 @@ from datetime import datetime
 from typing import Any
 
 from syncd.errors import Fenced
-from syncd.models import DocStatus, Document
+from syncd.models import ConnectorStatus, DocStatus, Document
 from syncd.store import sqlite_sql as sql
-from syncd.store.codec import document_from_row, dump_json, encode_dt, status_counts
+from syncd.store.base import Claim
+from syncd.store.codec import (
+    decode_dt,
+    document_from_row,
+    dump_json,
+    encode_dt,
+    status_counts,
+)
 from syncd.store.sqlite_conn import SQLiteDatabase
 
 __all__ = ["SQLiteDocuments"]
@@ -84,8 +91,29 @@ class SQLiteDocuments:
     ) -> list[Document]:
         """Compare-and-set ``pending → running`` under a lease; the claimed documents (with
         their payload unless ``with_payload`` is false), in the order of ``external_ids``."""
+        claim = await self.claim_for_delivery(
+            connector_id,
+            external_ids,
+            lease_token=lease_token,
+            lease_until=lease_until,
+            now=now,
+            with_payload=with_payload,
+        )
+        return claim.documents
+
+    async def claim_for_delivery(
+        self,
+        connector_id: str,
+        external_ids: Sequence[str],
+        *,
+        lease_token: str,
+        lease_until: datetime,
+        now: datetime,
+        with_payload: bool = True,
+    ) -> Claim:
+        """:meth:`claim_documents` with the connector's stamp, read by the same statement."""
         if not external_ids:
-            return []
+            return Claim([], None)
         # One statement, atomic on its own (RETURNING's rows are the rows it wrote): one trip
         # to the writer's thread, where a transaction would take three (BEGIN, the
         # statement, COMMIT), each waiting for a turn of a busy loop while holding the writer.
@@ -97,10 +125,17 @@ class SQLiteDocuments:
             connector_id,
             dump_json(list(external_ids)),
             encode_dt(now),
+            connector_id,
+        )
+        if not rows:
+            return Claim([], None)
+        status, updated_at = rows[0][-2], decode_dt(rows[0][-1])
+        stamp = (
+            None if status is None or updated_at is None else (ConnectorStatus(status), updated_at)
         )
         documents = (document_from_row(r, with_payload=with_payload) for r in rows)
         claimed = {d.external_id: d for d in documents}
-        return [claimed[e] for e in dict.fromkeys(external_ids) if e in claimed]
+        return Claim([claimed[e] for e in dict.fromkeys(external_ids) if e in claimed], stamp)
 
     async def finish_documents(
         self,

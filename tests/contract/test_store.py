@@ -968,6 +968,37 @@ async def test_claim_documents(store: Store) -> None:
     assert [(d.external_id, d.attempts, d.lease_token) for d in reclaimed] == [("a", 2, "L5")]
 
 
+async def test_a_claim_for_delivery_reads_the_connectors_stamp(store: Store) -> None:
+    c = await add_connector(store)
+    run_id = await start_run(store, c.id)
+    await commit(store, c, run_id, ("a", 1), ("b", 1), ("c", 1))
+    current = await store.get_connector(c.id)
+    assert current is not None
+
+    claim = await store.claim_for_delivery(
+        c.id, ["a"], lease_token="L1", lease_until=at(60), now=at(1), with_payload=False
+    )
+    assert [d.external_id for d in claim.documents] == ["a"]
+    assert claim.stamp == (current.status, current.updated_at)
+
+    # A change of the connector moves the stamp the next claim reads.
+    def rename(x: Connector) -> Transition:
+        return Transition(replace(x, name="renamed", updated_at=at(30)))
+
+    await store.mutate_connector(c.id, rename)
+    claim = await store.claim_for_delivery(
+        c.id, ["b"], lease_token="L2", lease_until=at(60), now=at(31)
+    )
+    assert claim.stamp == (current.status, at(30))
+    assert claim.documents[0].payload == make_doc("b").payload
+
+    # Nothing claimed, nothing read.
+    nothing = await store.claim_for_delivery(
+        c.id, ["a", "missing"], lease_token="L3", lease_until=at(60), now=at(32)
+    )
+    assert nothing.documents == [] and nothing.stamp is None
+
+
 async def test_claim_documents_without_payload(store: Store) -> None:
     c = await add_connector(store)
     run_id = await start_run(store, c.id)
