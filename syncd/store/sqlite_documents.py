@@ -9,6 +9,7 @@ its database (:mod:`syncd.store.sqlite_conn`); every statement lives in
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -111,25 +112,30 @@ class SQLiteDocuments:
         now: datetime,
         with_payload: bool = True,
     ) -> Claim:
-        """:meth:`claim_documents` with the connector's stamp, read by the same statement."""
+        """:meth:`claim_documents` with the connector's stamp, read in the same transaction."""
         if not external_ids:
             return Claim([], None)
-        # One statement, atomic on its own (RETURNING's rows are the rows it wrote): one trip
-        # to the writer's thread, where a transaction would take three (BEGIN, the
-        # statement, COMMIT), each waiting for a turn of a busy loop while holding the writer.
-        rows = await self._db.fetch_all(
-            sql.CLAIM_DOCUMENTS if with_payload else sql.CLAIM_DOCUMENTS_NO_PAYLOAD,
+        query = sql.CLAIM_DOCUMENTS if with_payload else sql.CLAIM_DOCUMENTS_NO_PAYLOAD
+        params = (
             lease_token,
             encode_dt(lease_until),
             encode_dt(now),
             connector_id,
             dump_json(list(external_ids)),
             encode_dt(now),
-            connector_id,
         )
+
+        # The claim and the connector's stamp in one transaction, in one trip to the
+        # writer's thread (RETURNING's rows are the rows the claim wrote).
+        def claim(conn: sqlite3.Connection) -> tuple[list[sqlite3.Row], sqlite3.Row | None]:
+            rows = conn.execute(query, params).fetchall()
+            found = conn.execute(sql.CONNECTOR_STAMP, (connector_id,)).fetchone() if rows else None
+            return rows, found
+
+        rows, found = await self._db.run_transaction(claim)
         if not rows:
             return Claim([], None)
-        status, updated_at = rows[0][-2], decode_dt(rows[0][-1])
+        status, updated_at = (None, None) if found is None else (found[0], decode_dt(found[1]))
         stamp = (
             None if status is None or updated_at is None else (ConnectorStatus(status), updated_at)
         )

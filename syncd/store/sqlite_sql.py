@@ -263,14 +263,11 @@ _DOCUMENT_CLAIM = (
     "AND external_id IN (SELECT value FROM json_each(?)) "
     "AND (lease_until IS NULL OR lease_until <= ?) "
 )
-# Last, the connector's status and updated_at: the stamp a worker compares with the
-# connector it holds (Store.claim_for_delivery). The id is bound once more, at the end.
-_CLAIM_STAMP = (
-    "(SELECT k.status FROM connectors AS k WHERE k.id = ?7), "
-    "(SELECT k.updated_at FROM connectors AS k WHERE k.id = ?7)"
-)
-CLAIM_DOCUMENTS = f"{_DOCUMENT_CLAIM}RETURNING {_DOCUMENT_COLUMNS}, payload, {_CLAIM_STAMP}"
-CLAIM_DOCUMENTS_NO_PAYLOAD = f"{_DOCUMENT_CLAIM}RETURNING {_DOCUMENT_COLUMNS}, {_CLAIM_STAMP}"
+CLAIM_DOCUMENTS = f"{_DOCUMENT_CLAIM}RETURNING {_DOCUMENT_COLUMNS}, payload"
+CLAIM_DOCUMENTS_NO_PAYLOAD = f"{_DOCUMENT_CLAIM}RETURNING {_DOCUMENT_COLUMNS}"
+# The stamp a worker compares with the connector it holds (Store.claim_for_delivery), read
+# in the claim's transaction: in RETURNING, SQLite would read it once per row.
+CONNECTOR_STAMP = "SELECT status, updated_at FROM connectors WHERE id = ?"
 # One statement for every result of a batch that shares its status and error (usually the
 # whole batch): each id one probe of the status index.
 FINISH_DOCUMENTS = (
