@@ -78,11 +78,7 @@ def scheduled(
         # A queued manual trigger is served by the same run (stale locks concern runs only).
         queued = c.sync_status is SyncStatus.QUEUED
         trigger = (
-            RunTrigger.MANUAL
-            if queued
-            else RunTrigger.RETRY
-            if retry_due
-            else RunTrigger.SCHEDULE
+            RunTrigger.MANUAL if queued else RunTrigger.RETRY if retry_due else RunTrigger.SCHEDULE
         )
         return claim(c, run_id=run_id, owner=owner, now=now, trigger=trigger, next_run_at=nxt)
     if c.sync_started_at is not None and c.sync_started_at >= stale_before:

@@ -2,8 +2,10 @@
 
 - :mod:`syncd.schema.fields`: field types (each with its check, message and JSON Schema),
   the tagged unions of ``{"type": ...}`` configs, pydantic errors as ``{"path": message}``.
-- :mod:`syncd.schema.kinds`: the ``http`` source's config models (``HttpSourceConfig`` and its
-  pagination styles).
+- :mod:`syncd.schema.base`: ``KindConfig`` and ``TypeTagged``, what every config model builds
+  on.
+- :mod:`syncd.schema.kinds`: the ``http`` source's config models (``HttpSourceConfig``);
+  :mod:`syncd.schema.pagination`: its five pagination styles.
 - :mod:`syncd.schema.indexers`: the built-in indexers' config models (``StoreIndexerConfig``,
   ``WebhookIndexerConfig``, ``OpenSearchIndexerConfig``, ``PostgresIndexerConfig``).
 - :mod:`syncd.schema.connector`: ``ConnectorCreate`` / ``ConnectorPatch`` per registry of
@@ -12,6 +14,7 @@
 :mod:`syncd.schema.spec` validates request bodies through these models.
 """
 
+from syncd.schema.base import TypeTagged
 from syncd.schema.connector import (
     ConnectorModels,
     connector_file_schema,
@@ -25,16 +28,13 @@ from syncd.schema.indexers import (
     StoreIndexerConfig,
     WebhookIndexerConfig,
 )
-from syncd.schema.kinds import (
+from syncd.schema.kinds import HttpSourceConfig, Incremental, Timeout
+from syncd.schema.pagination import (
     CursorPagination,
-    HttpSourceConfig,
-    Incremental,
     LinkHeaderPagination,
     NextUrlPagination,
     OffsetPagination,
     PagePagination,
-    Timeout,
-    TypeTagged,
 )
 
 __all__ = [

@@ -27,6 +27,7 @@ from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue, models_jso
 from pydantic_core import core_schema
 
 from syncd.models import DEFAULT_PAGINATOR
+from syncd.schema.base import type_of
 from syncd.schema.document import DocumentMapping
 from syncd.schema.fields import (
     NO_NUL,
@@ -42,7 +43,6 @@ from syncd.schema.fields import (
     fail,
     tagged_union,
 )
-from syncd.schema.kinds import type_of
 
 DEFAULT_SOURCE_TYPE = "http"
 DEFAULT_INDEXER: Mapping[str, Any] = {"type": "store"}

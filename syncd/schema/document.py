@@ -17,6 +17,7 @@ from pydantic import BeforeValidator, Field, WithJsonSchema, model_validator
 
 from syncd import paths
 from syncd.rules.shape import template_problem
+from syncd.schema.base import KindConfig
 from syncd.schema.fields import (
     MSG_NOT_OBJECT,
     MSG_PATH,
@@ -26,7 +27,6 @@ from syncd.schema.fields import (
     fail,
     fail_at,
 )
-from syncd.schema.kinds import KindConfig
 
 __all__ = ["METADATA_MAX", "TEXT_PATHS_MAX", "DocumentMapping"]
 

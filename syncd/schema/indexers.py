@@ -20,6 +20,7 @@ from pydantic import (
     model_validator,
 )
 
+from syncd.schema.base import KindConfig, TypeTagged
 from syncd.schema.fields import (
     MSG_NON_EMPTY,
     NO_NUL,
@@ -33,7 +34,6 @@ from syncd.schema.fields import (
     ref_problem,
     validated_with,
 )
-from syncd.schema.kinds import KindConfig, TypeTagged
 from syncd.schema.patterns import compiled
 
 __all__ = [
