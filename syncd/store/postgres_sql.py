@@ -455,6 +455,7 @@ _CLAIM_STAMP: Final = (
 CLAIM_DOCUMENTS: Final = f"{_DOCUMENT_CLAIM}{_CLAIMED_DOCUMENT_COLUMNS}, d.payload, {_CLAIM_STAMP}"
 CLAIM_DOCUMENTS_NO_PAYLOAD: Final = f"{_DOCUMENT_CLAIM}{_CLAIMED_DOCUMENT_COLUMNS}, {_CLAIM_STAMP}"
 
+
 # Driven by the ids like the claim, for the same reason: "external_id = ANY($4)" next to
 # "status = 'running'" was planned as a scan of the connector's running entries of the
 # status index -- dead ones included, one per document claimed since the last vacuum -- so
@@ -463,11 +464,16 @@ CLAIM_DOCUMENTS_NO_PAYLOAD: Final = f"{_DOCUMENT_CLAIM}{_CLAIMED_DOCUMENT_COLUMN
 # through a join on the key, as the claim's are (the worker's own lease renewal rewrites
 # its documents: by ctid, a finish that waited for it skipped them, and they stayed running
 # until their lease expired). The caller passes each id once.
-FINISH_DOCUMENTS: Final = """
+def _held(values: str, names: str) -> str:
+    """The ids of rows ``values`` (``unnest`` of arrays with columns ``external_id`` and
+    ``names``) still running under lease ``$2`` of connector ``$1``, locked one key probe each
+    in id order, as ``c`` with those columns."""
+    picked = ", ".join(f"r.{name}" for name in names.split(", "))
+    return f"""
 WITH c AS (
-    SELECT l.external_id, r.status, r.error
+    SELECT l.external_id, {picked}
     FROM (
-        SELECT * FROM unnest($4::text[], $5::text[], $6::text[]) AS t(external_id, status, error)
+        SELECT * FROM {values} AS t(external_id, {names})
         ORDER BY t.external_id COLLATE "C"
     ) AS r
     CROSS JOIN LATERAL (
@@ -476,7 +482,12 @@ WITH c AS (
           AND p.status = 'running' AND p.lease_token = $2
         FOR UPDATE
     ) AS l
-)
+)"""
+
+
+FINISH_DOCUMENTS: Final = (
+    _held("unnest($4::text[], $5::text[], $6::text[])", "status, error")
+    + """
 UPDATE documents AS d SET
     status = c.status, error = c.error, lease_token = NULL, lease_until = NULL,
     updated_at = $3,
@@ -484,6 +495,7 @@ UPDATE documents AS d SET
     payload = CASE WHEN c.status = 'deleted' THEN 'null' ELSE d.payload END
 FROM c
 WHERE d.connector_id = $1 AND d.external_id = c.external_id"""
+)
 
 EXTEND_LEASES: Final = """
 WITH c AS (
@@ -498,26 +510,15 @@ WHERE d.connector_id = $1 AND d.external_id = c.external_id"""
 
 # Documents whose transient failure is retried: pending again, with the error, waiting until
 # their lease_until; ids in order, one probe of the key each, as the finish.
-RETRY_DOCUMENTS: Final = """
-WITH c AS (
-    SELECT l.external_id, r.error, r.not_before
-    FROM (
-        SELECT * FROM unnest($4::text[], $5::text[], $6::timestamptz[])
-            AS t(external_id, error, not_before)
-        ORDER BY t.external_id COLLATE "C"
-    ) AS r
-    CROSS JOIN LATERAL (
-        SELECT p.external_id FROM documents AS p
-        WHERE p.connector_id = $1 AND p.external_id = r.external_id
-          AND p.status = 'running' AND p.lease_token = $2
-        FOR UPDATE
-    ) AS l
-)
+RETRY_DOCUMENTS: Final = (
+    _held("unnest($4::text[], $5::text[], $6::timestamptz[])", "error, not_before")
+    + """
 UPDATE documents AS d SET
     status = 'pending', error = c.error, lease_token = NULL, lease_until = c.not_before,
     updated_at = $3
 FROM c
 WHERE d.connector_id = $1 AND d.external_id = c.external_id"""
+)
 
 RELEASE_DUE_RETRIES: Final = """
 WITH c AS (
