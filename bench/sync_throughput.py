@@ -373,14 +373,19 @@ async def run_embedded(args: argparse.Namespace) -> None:
         tmp = Path(d)
         await wait_for_source(source.url)
         n, bare = await bare_sqlite(source.url, tmp / "bare.db")
+        meter = CpuMeter(source.pid)
+        floor_cpu: dict[str, float] = {}
+        syncd_cpu: dict[str, float] = {}
         floor = None
         if args.indexer == "queued":
             concurrency, batch = worker_shape(args)
-            floor = await sqlite_queued_floor(
-                source.url, tmp / "floor.db", workers=concurrency, batch_size=batch
-            )
+            with meter.measure(floor_cpu):
+                floor = await sqlite_queued_floor(
+                    source.url, tmp / "floor.db", workers=concurrency, batch_size=batch
+                )
         async with Daemon(embedded_config(tmp, args), serve_api=False) as daemon:
-            crawl, indexed = await syncd_run(daemon, source.url, n, Profiler(args.profile))
+            with meter.measure(syncd_cpu):
+                crawl, indexed = await syncd_run(daemon, source.url, n, Profiler(args.profile))
             aborts = await abort_latencies(daemon, source.url, args.aborts)
 
     bare_rate, crawl_rate, indexed_rate = n / bare, n / crawl, n / indexed
@@ -394,6 +399,13 @@ async def run_embedded(args: argparse.Namespace) -> None:
         floor_lines(n, floor, crawl, indexed)
         print(f"ratio floor crawl / bare: {floor[0] / floor[1] / bare_rate:.2f}")
         print(f"ratio floor everything indexed / bare: {floor[0] / floor[2] / bare_rate:.2f}")
+        # CPU is steadier than wall time on a shared machine: this process's (loop and the
+        # SQLite writer's thread) and the source server's, per document.
+        for phase, cpu in (("floor", floor_cpu), ("syncd", syncd_cpu)):
+            print(
+                f"CPU µs/doc {phase}: this process {cpu['client'] / n * 1e6:5.1f}, "
+                f"source {cpu['source'] / n * 1e6:5.1f}"
+            )
     print(describe_aborts(aborts))
 
 

@@ -14,6 +14,8 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, NamedTuple
 
+from syncd.jsontext import parse_json
+
 
 class ConnectorStatus(StrEnum):
     """Operating state of a connector (DESIGN.md §2)."""
@@ -352,12 +354,45 @@ class DocumentFields:
     metadata: Mapping[str, Any] = field(default_factory=dict)
 
 
+class _ParseOnRead:
+    """The value of a stored document's ``payload`` before it is first read: its
+    ``payload_json``, parsed then (:func:`~syncd.jsontext.parse_json`)."""
+
+    def __repr__(self) -> str:
+        return "PARSE_ON_READ"
+
+    def __reduce__(self) -> str:
+        return "PARSE_ON_READ"  # one object, across pickling too
+
+
+PARSE_ON_READ = _ParseOnRead()
+
+
+class _Payload:
+    """``Document.payload``: the value given, or, given :data:`PARSE_ON_READ`, the document's
+    ``payload_json`` parsed on first read and kept. Most indexers send the stored text as it
+    is (webhook, OpenSearch, PostgreSQL table), so a claim parses nothing for them."""
+
+    def __get__(self, document: Document | None, owner: type | None = None) -> Any:
+        if document is None:
+            return None  # the field's default (dataclasses reads it from the class)
+        state = document.__dict__
+        value = state["_payload"]
+        if value is PARSE_ON_READ:
+            value = state["_payload"] = parse_json(state["payload_json"])
+        return value
+
+    def __set__(self, document: Document, value: Any) -> None:
+        document.__dict__["_payload"] = value
+
+
 @dataclass(frozen=True)
 class Document:
     """A document as kept in the store. ``payload`` is ``None`` unless it was asked for.
 
     ``payload_json`` is the stored JSON text of the payload (with ``payload``): the API
-    embeds it as it is, so that nothing is lost to a re-encoding. ``fields`` is the
+    embeds it as it is, so that nothing is lost to a re-encoding. A store gives ``payload``
+    as :data:`PARSE_ON_READ` with its text: it is parsed when first read. ``fields`` is the
     document's shape (DESIGN.md §7) as the connector's ``document`` mapping reads it from the
     payload, set for the indexer that receives it; ``None`` without a mapping.
     """
@@ -371,12 +406,23 @@ class Document:
     error: str | None = None
     attempts: int = 0
     indexed_at: datetime | None = None
-    payload: Any = None
+    payload: Any = _Payload()
     lease_token: str | None = None
     lease_until: datetime | None = None
     payload_json: str | None = field(default=None, compare=False, repr=False)
     op: DocOp = DocOp.INDEX
     fields: DocumentFields | None = field(default=None, compare=False)
+
+    @classmethod
+    def stored(cls, values: dict[str, Any]) -> Document:
+        """A document from ``values``, one per field (a store's row, decoded), without the
+        generated ``__init__``: its fifteen frozen-field assignments cost more than a claim's
+        whole decoding of a row. ``values`` becomes the document's state; ``payload`` may be
+        :data:`PARSE_ON_READ`."""
+        document = object.__new__(cls)
+        values["_payload"] = values.pop("payload")
+        document.__dict__.update(values)
+        return document
 
 
 def utcnow() -> datetime:

@@ -24,7 +24,7 @@ from syncd.errors import is_transient
 from syncd.indexers.base import BatchFailures, DeletingIndexer, Indexer, Transient
 from syncd.models import DocOp, DocStatus, Document
 from syncd.observability.logs import redact
-from syncd.observability.metrics import Metrics
+from syncd.observability.metrics import Metrics, observer
 
 Result = tuple[str, DocStatus, str | None]
 """A document's outcome: external id, ``indexed``/``deleted``/``failed``, error."""
@@ -181,6 +181,9 @@ class _BatchCalls:
         latency = metrics.index_latency
         self._observe_ok = latency.labels(kind=kind, outcome="indexed").observe
         self._observe_failed = latency.labels(kind=kind, outcome="failed").observe
+        # A batch call's documents share one duration: observed once for all of them.
+        self._observe_ok_many = observer(latency.labels(kind=kind, outcome="indexed"))
+        self._observe_failed_many = observer(latency.labels(kind=kind, outcome="failed"))
 
     async def one_by_one(self, call: _One, documents: list[Document], done: DocStatus) -> None:
         """One call per document, each bounded by the deadline."""
@@ -271,16 +274,16 @@ class _BatchCalls:
                 again = isinstance(reason, Transient)
             if failure is None:
                 results.append((doc.external_id, done, None))
-                self._observe_ok(share)
                 ok += 1
             else:
                 results.append((doc.external_id, DocStatus.FAILED, failure))
                 if again:
                     tally.transient.add(doc.external_id)
-                self._observe_failed(share)
                 tally.failed += 1
                 if tally.first_failure is None:
                     tally.first_failure = (doc.external_id, failure)
+        self._observe_ok_many(share, ok)
+        self._observe_failed_many(share, len(chunk) - ok)
         if done is DocStatus.DELETED and ok:
             self._deleted.inc(ok)
         tally.produced += len(chunk)

@@ -25,9 +25,10 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import orjson
 
-from syncd.jsontext import canonical_json, parse_json
+from syncd.jsontext import canonical_json
 from syncd.models import (
     MAX_REJECTIONS,
+    PARSE_ON_READ,
     Connector,
     ConnectorStatus,
     DocOp,
@@ -545,7 +546,8 @@ def document_from_row(
     dt: Callable[[Any], datetime | None] = decode_dt,
 ) -> Document:
     """Build a :class:`Document` from a row of :data:`DOCUMENT_COLUMNS` in that order (then
-    ``payload``, JSON text, when ``with_payload``: parsed exactly, and kept as text too).
+    ``payload``, JSON text, when ``with_payload``: kept as text, and parsed exactly when the
+    document's ``payload`` is first read).
 
     Read by position, not by name: a ``sqlite3.Row`` finds a name by comparing it with each
     column's in turn, which was most of the cost of a claim's rows."""
@@ -568,21 +570,26 @@ def document_from_row(
     created_at = dt(created)
     updated_at = dt(updated)
     assert created_at is not None and updated_at is not None  # NOT NULL columns
-    return Document(
-        connector_id=connector_id,
-        external_id=external_id,
-        status=_STATUSES[status],
-        content_hash=content_hash,
-        created_at=created_at,
-        updated_at=updated_at,
-        error=error,
-        attempts=int(attempts),
-        indexed_at=dt(indexed),
-        payload=None if text is None else parse_json(text),
-        lease_token=lease_token,
-        lease_until=dt(lease_until),
-        payload_json=text,
-        op=_OPS[op],
+    # Every field of Document, in its order (tests/unit/test_codec.py checks the names).
+    return Document.stored(
+        {
+            "connector_id": connector_id,
+            "external_id": external_id,
+            "status": _STATUSES[status],
+            "content_hash": content_hash,
+            "created_at": created_at,
+            "updated_at": updated_at,
+            "error": error,
+            "attempts": int(attempts),
+            "indexed_at": dt(indexed),
+            # Parsed when an indexer reads it: most send the stored text as it is.
+            "payload": None if text is None else PARSE_ON_READ,
+            "lease_token": lease_token,
+            "lease_until": dt(lease_until),
+            "payload_json": text,
+            "op": _OPS[op],
+            "fields": None,
+        }
     )
 
 

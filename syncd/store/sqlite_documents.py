@@ -127,8 +127,12 @@ class SQLiteDocuments:
 
         # The claim and the connector's stamp in one transaction, in one trip to the
         # writer's thread (RETURNING's rows are the rows the claim wrote).
-        def claim(conn: sqlite3.Connection) -> tuple[list[sqlite3.Row], sqlite3.Row | None]:
-            rows = conn.execute(query, params).fetchall()
+        # Plain tuples, not the connection's sqlite3.Row: document_from_row reads by position,
+        # and each Row is built on the writer's thread holding the interpreter lock.
+        def claim(conn: sqlite3.Connection) -> tuple[list[Any], sqlite3.Row | None]:
+            cursor = conn.cursor()
+            cursor.row_factory = None
+            rows = cursor.execute(query, params).fetchall()
             found = conn.execute(sql.CONNECTOR_STAMP, (connector_id,)).fetchone() if rows else None
             return rows, found
 

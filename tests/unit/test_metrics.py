@@ -27,6 +27,7 @@ from syncd.observability.metrics import (
     API_LATENCY_BUCKETS,
     INDEX_LATENCY_BUCKETS,
     Metrics,
+    observer,
     refresh,
     watch_loop_lag,
 )
@@ -182,6 +183,24 @@ def test_observe_request_labels_route_method_and_code() -> None:
     ]
     assert len(get_buckets) == len(API_LATENCY_BUCKETS) + 1
     assert {dict(lbl)["le"]: v for lbl, v in get_buckets}["0.005"] == 1.0
+
+
+@pytest.mark.parametrize(
+    ("amount", "count"), [(0.0, 3), (0.004, 1), (0.01, 7), (0.3, 100), (61.0, 2), (1.0, 0)]
+)
+def test_observer_records_what_as_many_observe_calls_do(amount: float, count: int) -> None:
+    """``observer`` writes the histogram's state directly: the exposition must be the one
+    ``count`` calls of ``observe`` give, bucket by bucket, whatever prometheus_client does."""
+    each, once = Metrics(process_metrics=False), Metrics(process_metrics=False)
+    child = each.index_latency.labels(kind="webhook", outcome="indexed")
+    for _ in range(count):
+        child.observe(amount)
+    observer(once.index_latency.labels(kind="webhook", outcome="indexed"))(amount, count)
+    expected = only(scrape(each), "syncd_index_seconds_bucket")
+    assert only(scrape(once), "syncd_index_seconds_bucket") == expected
+    assert len(expected) == len(INDEX_LATENCY_BUCKETS) + 1
+    for name in ("syncd_index_seconds_count", "syncd_index_seconds_sum"):
+        assert only(scrape(once), name) == pytest.approx(only(scrape(each), name))
 
 
 def test_document_counts_fill_missing_statuses_with_zero() -> None:
