@@ -19,7 +19,9 @@ class Indexer(Protocol):
     with ``str(exc)`` as its error.
 
     An indexer may set ``needs_payload = False`` when it does not read
-    ``document.payload``: workers then claim documents without loading their payload. An
+    ``document.payload``: workers then claim documents without loading their payload.
+    Otherwise ``document.payload_json`` is the stored JSON text, and ``document.payload`` is
+    parsed from it when first read (an indexer that sends the text as it is parses nothing). An
     indexer whose whole work is the store keeping the document sets ``indexed_on_commit =
     True`` on its factory (class): a crawl then marks documents indexed in the page's own
     transaction, and they never pass through the queue.
