@@ -570,7 +570,7 @@ def document_from_row(
     created_at = dt(created)
     updated_at = dt(updated)
     assert created_at is not None and updated_at is not None  # NOT NULL columns
-    # Every field of Document, in its order (tests/unit/test_codec.py checks the names).
+    # Every field of Document, in its order (tests/unit/test_stored_documents.py checks them).
     return Document.stored(
         {
             "connector_id": connector_id,
