@@ -28,15 +28,15 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from queued_floor import postgres_queued_floor, sqlite_queued_floor
+from queued_floor import sqlite_queued_floor
 from sourceserver import SourceProcess
 from sync_throughput import (
     INDEXER,
     CpuMeter,
     checkpoint,
-    create_bare_schema,
     embedded_config,
     postgres_config,
+    postgres_floor,
     syncd_run,
     throwaway_database,
     throwaway_prefix,
@@ -93,17 +93,7 @@ async def _run_round(
                     throwaway_prefix(args.redis_url) as prefix,
                 ):
                     if phase == "floor":
-                        await create_bare_schema(dsn, "floor")
-                        with meter.measure(cpu):
-                            _, _, seconds = await postgres_queued_floor(
-                                url,
-                                dsn,
-                                args.redis_url,
-                                prefix,
-                                "floor",
-                                workers=concurrency,
-                                batch_size=batch,
-                            )
+                        _, _, seconds = await postgres_floor(args, url, dsn, prefix, meter, cpu)
                     else:
                         config = postgres_config(dsn, args.redis_url, prefix, args)
                         async with Daemon(config, serve_api=False) as daemon:

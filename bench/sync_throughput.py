@@ -634,6 +634,24 @@ async def bare_postgres_copy(
         await conn.close()
 
 
+async def postgres_floor(
+    args: argparse.Namespace,
+    url: str,
+    dsn: str,
+    prefix: str,
+    meter: CpuMeter,
+    cpu: dict[str, float],
+) -> tuple[int, float, float]:
+    """The PostgreSQL queued floor with syncd's worker shape, in schema ``floor`` of ``dsn``
+    (created here, before the CPU of the run is measured into ``cpu``)."""
+    concurrency, batch = worker_shape(args)
+    await create_bare_schema(dsn, "floor")
+    with meter.measure(cpu):
+        return await postgres_queued_floor(
+            url, dsn, args.redis_url, prefix, "floor", workers=concurrency, batch_size=batch
+        )
+
+
 def postgres_config(dsn: str, redis_url: str, prefix: str, args: argparse.Namespace) -> Config:
     return Config.from_mapping(
         {
@@ -723,18 +741,9 @@ async def run_postgres(args: argparse.Namespace) -> None:
             await checkpoint(dsn)
             floor = None
             if args.indexer == "queued":
-                concurrency, batch = worker_shape(args)
-                await create_bare_schema(dsn, "floor")
-                with meter.measure(meter_cpu.setdefault("floor", {})):
-                    floor = await postgres_queued_floor(
-                        source.url,
-                        dsn,
-                        args.redis_url,
-                        prefix,
-                        "floor",
-                        workers=concurrency,
-                        batch_size=batch,
-                    )
+                floor = await postgres_floor(
+                    args, source.url, dsn, prefix, meter, meter_cpu.setdefault("floor", {})
+                )
                 await checkpoint(dsn)
 
             config = postgres_config(dsn, args.redis_url, prefix, args)
