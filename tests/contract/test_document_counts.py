@@ -29,11 +29,13 @@ from syncd.models import (
     Transition,
     new_id,
 )
-from syncd.store import postgres_migrations, postgres_sql, sqlite_migrations
 from syncd.store.base import Store
 from syncd.store.codec import encode_dt
 from syncd.store.postgres import PostgresStore
+from syncd.store.postgres import migrations as postgres_migrations
+from syncd.store.postgres import sql as postgres_sql
 from syncd.store.sqlite import SQLiteStore
+from syncd.store.sqlite import migrations as sqlite_migrations
 
 from .factories import T0, at, make_connector, make_doc, start_run
 

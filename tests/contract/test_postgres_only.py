@@ -33,9 +33,8 @@ from syncd.models import (
 )
 from syncd.pipeline.inputs import document_inputs
 from syncd.store import open_store
-from syncd.store import postgres_migrations as schema
-from syncd.store import postgres_sql as sql
-from syncd.store.postgres import PostgresStore
+from syncd.store.postgres import PostgresStore, sql
+from syncd.store.postgres import migrations as schema
 
 
 async def wait_until(predicate: Callable[[], Awaitable[bool]]) -> None:

@@ -41,7 +41,7 @@ from syncd.models import (
 from syncd.pipeline.inputs import document_inputs
 from syncd.store.base import StateRule, Store
 from syncd.store.sqlite import SQLiteStore
-from syncd.store.sqlite_migrations import MIGRATIONS
+from syncd.store.sqlite.migrations import MIGRATIONS
 
 from .factories import T0, at, make_connector, make_doc, start_run
 

@@ -3,8 +3,8 @@ committed (documents upserted, tombstones marked, the checkpoint and the run's c
 transaction) and the run's heartbeat.
 
 :class:`PostgresRunWrites` is a base of :class:`~syncd.store.postgres.PostgresStore` and works
-on its database (:mod:`syncd.store.postgres_conn`); every statement lives in
-:mod:`syncd.store.postgres_sql`.
+on its database (:mod:`syncd.store.postgres.connection`); every statement lives in
+:mod:`syncd.store.postgres.sql`.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from syncd.errors import Fenced
 from syncd.models import Crawl, DocStatus, DocumentInput, Rejection, Waiting
 from syncd.rules.documents import REQUEUE_ERROR, REQUEUE_STATUS
 from syncd.store import codec
-from syncd.store import postgres_sql as sql
-from syncd.store.postgres_conn import PostgresDatabase
+from syncd.store.postgres import sql
+from syncd.store.postgres.connection import PostgresDatabase
 
 __all__ = ["PostgresRunWrites"]
 
@@ -48,7 +48,7 @@ class PostgresRunWrites:
         """Upsert one page and checkpoint it in one transaction fenced by ``run_id``
         (:class:`Fenced` otherwise); the external ids to enqueue."""
         # Last one wins for duplicate ids; sorted so that concurrent writers lock rows in the
-        # same order (see postgres_sql).
+        # same order (see sql.py).
         latest = {doc.external_id: doc for doc in documents}
         ids = sorted(latest)
         crawl_id = crawl.id if crawl is not None else None

@@ -3,8 +3,8 @@ the pending ones listed to rebuild the queue, the indexing workers' writes (clai
 lease, results, lease renewals and sweeps, failures, requeues), and the purge of tombstones.
 
 :class:`SQLiteDocuments` is a base of :class:`~syncd.store.sqlite.SQLiteStore` and works on
-its database (:mod:`syncd.store.sqlite_conn`); every statement lives in
-:mod:`syncd.store.sqlite_sql`.
+its database (:mod:`syncd.store.sqlite.connection`); every statement lives in
+:mod:`syncd.store.sqlite.sql`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from typing import Any
 
 from syncd.errors import Fenced
 from syncd.models import ConnectorStatus, DocStatus, Document
-from syncd.store import sqlite_sql as sql
 from syncd.store.base import Claim
 from syncd.store.codec import (
     decode_dt,
@@ -25,7 +24,8 @@ from syncd.store.codec import (
     encode_dt,
     status_counts,
 )
-from syncd.store.sqlite_conn import SQLiteDatabase
+from syncd.store.sqlite import sql
+from syncd.store.sqlite.connection import SQLiteDatabase
 
 __all__ = ["SQLiteDocuments"]
 

@@ -1,11 +1,11 @@
 """The embedded state store: one SQLite file (DESIGN.md §1).
 
 Each method is its domain steps over the verbs of :class:`SQLiteDatabase`
-(:mod:`syncd.store.sqlite_conn`: one connection in WAL mode, its lock, migrations and the
-translation of driver errors); every statement lives in :mod:`syncd.store.sqlite_sql`. This
+(:mod:`syncd.store.sqlite.connection`: one connection in WAL mode, its lock, migrations and the
+translation of driver errors); every statement lives in :mod:`syncd.store.sqlite.sql`. This
 module holds the connectors (their state changes, the scheduler's claims, the prunes of their
 documents), the runs' history and the instances; a running crawl's writes are in
-:mod:`syncd.store.sqlite_run_writes`, the document verbs in :mod:`syncd.store.sqlite_documents`.
+:mod:`syncd.store.sqlite.runs`, the document verbs in :mod:`syncd.store.sqlite.documents`.
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ from syncd.models import (
     SyncStatus,
     Transition,
 )
-from syncd.store import sqlite_sql as sql
 from syncd.store.base import InstanceBeat, PruneRule, StateRule
 from syncd.store.claims import plan_claims
 from syncd.store.codec import (
@@ -45,9 +44,10 @@ from syncd.store.codec import (
     run_from_row,
     status_counts,
 )
-from syncd.store.sqlite_conn import SQLiteDatabase, SQLiteSession
-from syncd.store.sqlite_documents import SQLiteDocuments
-from syncd.store.sqlite_run_writes import SQLiteRunWrites
+from syncd.store.sqlite import sql
+from syncd.store.sqlite.connection import SQLiteDatabase, SQLiteSession
+from syncd.store.sqlite.documents import SQLiteDocuments
+from syncd.store.sqlite.runs import SQLiteRunWrites
 
 __all__ = ["SQLiteStore"]
 

@@ -1,12 +1,12 @@
 """The PostgreSQL state store, for production and several instances.
 
 Each method is its domain steps over the verbs of :class:`PostgresDatabase`
-(:mod:`syncd.store.postgres_conn`, which owns the pool, the migrations and the translation of
-driver errors); every statement lives in :mod:`syncd.store.postgres_sql`. This module holds
+(:mod:`syncd.store.postgres.connection`, which owns the pool, the migrations and the translation of
+driver errors); every statement lives in :mod:`syncd.store.postgres.sql`. This module holds
 the connectors (their state changes, the scheduler's claims, the prunes of their documents),
 the runs' history and the instances; a running crawl's writes are in
-:mod:`syncd.store.postgres_run_writes`, the document verbs in
-:mod:`syncd.store.postgres_documents`.
+:mod:`syncd.store.postgres.runs`, the document verbs in
+:mod:`syncd.store.postgres.documents`.
 """
 
 from __future__ import annotations
@@ -29,12 +29,12 @@ from syncd.models import (
     Transition,
 )
 from syncd.store import codec
-from syncd.store import postgres_sql as sql
 from syncd.store.base import InstanceBeat, PruneRule, StateRule
 from syncd.store.claims import plan_claims
-from syncd.store.postgres_conn import PostgresDatabase, PostgresTransaction, Record
-from syncd.store.postgres_documents import PostgresDocuments
-from syncd.store.postgres_run_writes import PostgresRunWrites
+from syncd.store.postgres import sql
+from syncd.store.postgres.connection import PostgresDatabase, PostgresTransaction, Record
+from syncd.store.postgres.documents import PostgresDocuments
+from syncd.store.postgres.runs import PostgresRunWrites
 
 __all__ = ["PostgresStore"]
 
@@ -42,7 +42,7 @@ __all__ = ["PostgresStore"]
 class PostgresStore(PostgresRunWrites, PostgresDocuments):
     """The :class:`~syncd.store.base.Store` on PostgreSQL, through an asyncpg pool.
 
-    The options are those of :class:`~syncd.store.postgres_conn.PostgresDatabase`:
+    The options are those of :class:`~syncd.store.postgres.connection.PostgresDatabase`:
     ``statement_cache_size=0`` for a transaction-mode pooler, and the session's
     ``statement_timeout``, ``lock_timeout`` and ``idle_in_transaction_session_timeout`` in
     seconds (``0`` disables one, ``None`` leaves the server's value alone).

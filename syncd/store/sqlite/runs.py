@@ -3,8 +3,8 @@ committed (the checkpoint, the documents the page's plan writes, tombstones mark
 run's counts, in one transaction on the writer's thread) and the run's heartbeat.
 
 :class:`SQLiteRunWrites` is a base of :class:`~syncd.store.sqlite.SQLiteStore` and works on
-its database (:mod:`syncd.store.sqlite_conn`); every statement lives in
-:mod:`syncd.store.sqlite_sql`.
+its database (:mod:`syncd.store.sqlite.connection`); every statement lives in
+:mod:`syncd.store.sqlite.sql`.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from typing import Any
 from syncd.errors import Fenced
 from syncd.models import Crawl, DocOp, DocStatus, DocumentInput, Rejection, Waiting
 from syncd.rules import ExistingDocument, plan_page
-from syncd.store import sqlite_sql as sql
 from syncd.store.codec import dump_json, encode_dt, merge_rejections, payload_text
-from syncd.store.sqlite_conn import SQLiteDatabase
+from syncd.store.sqlite import sql
+from syncd.store.sqlite.connection import SQLiteDatabase
 
 __all__ = ["SQLiteRunWrites"]
 

@@ -1,8 +1,8 @@
 """The SQLite plumbing under :class:`~syncd.store.sqlite.SQLiteStore`: aiosqlite connections
-in WAL mode, the migrations of :mod:`syncd.store.sqlite_migrations` applied when it opens,
-and a handful of verbs over the named statements of :mod:`syncd.store.sqlite_sql`.
+in WAL mode, the migrations of :mod:`syncd.store.sqlite.migrations` applied when it opens,
+and a handful of verbs over the named statements of :mod:`syncd.store.sqlite.sql`.
 
-One connection writes, on a thread of its own (:class:`~syncd.store.sqlite_writer.Writer`).
+One connection writes, on a thread of its own (:class:`~syncd.store.sqlite.writer.Writer`).
 Writes are handed to it under an ``asyncio.Lock``: a statement, or a whole transaction
 (:meth:`SQLiteDatabase.run_transaction`), is queued on the thread in one trip and awaited
 after the lock is released, so the next write is queued while this one runs; a transaction
@@ -45,9 +45,9 @@ from typing import Any, TypeVar
 import aiosqlite
 
 from syncd.errors import NameConflict, StoreError, StoreUnavailable
-from syncd.store import sqlite_migrations as schema
-from syncd.store import sqlite_sql as sql
-from syncd.store.sqlite_writer import Writer, changed_rows, fetch_rows
+from syncd.store.sqlite import migrations as schema
+from syncd.store.sqlite import sql
+from syncd.store.sqlite.writer import Writer, changed_rows, fetch_rows
 
 __all__ = ["SQLiteDatabase", "SQLiteQuickReader", "SQLiteReader", "SQLiteSession"]
 

@@ -1,5 +1,5 @@
 """Every query of the SQLite store, each under a name (the schema's migrations live in
-:mod:`syncd.store.sqlite_migrations`).
+:mod:`syncd.store.sqlite.migrations`).
 
 Conventions: datetimes are fixed-width ISO-8601 UTC text (so ``<`` on text is ``<`` in time),
 JSON is text, enums are their string values. Lists of values travel as one JSON array

@@ -1,6 +1,6 @@
 """The PostgreSQL plumbing under :class:`~syncd.store.postgres.PostgresStore`: an asyncpg pool,
-the migrations of :mod:`syncd.store.postgres_migrations` applied when it opens, and a handful
-of verbs over the named statements of :mod:`syncd.store.postgres_sql`.
+the migrations of :mod:`syncd.store.postgres.migrations` applied when it opens, and a handful
+of verbs over the named statements of :mod:`syncd.store.postgres.sql`.
 
 Reads that need no transaction and answer a client (the API's connector reads, the metrics'
 totals) go to :attr:`PostgresDatabase.reader`: a small pool of their own, so that they never
@@ -24,8 +24,8 @@ import orjson
 
 from syncd.errors import NameConflict, StoreError, StoreUnavailable
 from syncd.store import codec
-from syncd.store import postgres_migrations as schema
-from syncd.store import postgres_sql as sql
+from syncd.store.postgres import migrations as schema
+from syncd.store.postgres import sql
 
 __all__ = ["READ_POOL_SIZE", "PostgresDatabase", "PostgresReader", "PostgresTransaction", "Record"]
 
@@ -58,7 +58,7 @@ _DRIVER_ERRORS: tuple[type[Exception], ...] = (
     OSError,  # includes TimeoutError and ConnectionError
 )
 
-# What an error message calls a statement: its name in postgres_sql, e.g. "get connector".
+# What an error message calls a statement: its name in sql.py, e.g. "get connector".
 _STATEMENT_NAMES: Final = {
     text: name.lower().replace("_", " ")
     for name, text in vars(sql).items()

@@ -4,8 +4,8 @@ under a lease, results, lease renewals and sweeps, failures, requeues), and the 
 tombstones.
 
 :class:`PostgresDocuments` is a base of :class:`~syncd.store.postgres.PostgresStore` and works
-on its database (:mod:`syncd.store.postgres_conn`); every statement lives in
-:mod:`syncd.store.postgres_sql`.
+on its database (:mod:`syncd.store.postgres.connection`); every statement lives in
+:mod:`syncd.store.postgres.sql`.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from typing import Any
 from syncd.errors import Fenced
 from syncd.models import ConnectorStatus, DocStatus, Document
 from syncd.store import codec
-from syncd.store import postgres_sql as sql
 from syncd.store.base import Claim
-from syncd.store.postgres_conn import PostgresDatabase, Record
+from syncd.store.postgres import sql
+from syncd.store.postgres.connection import PostgresDatabase, Record
 
 __all__ = ["PostgresDocuments"]
 
