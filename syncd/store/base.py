@@ -144,10 +144,6 @@ class Store(Protocol):
         """Delete the connector with all its documents, runs and document counts (no-op if
         missing)."""
 
-    async def due_connectors(self, now: datetime, *, limit: int = 100) -> list[Connector]:
-        """Connectors with ``next_run_at <= now`` whose status is ``active`` or ``error``,
-        earliest first. Served by an index on ``next_run_at``, not a scan."""
-
     async def count_admissible(self, now: datetime, *, limit: int) -> int:
         """How many connectors a tick could act on at ``now``, at most ``limit``: those due
         (``next_run_at <= now``, status ``active`` or ``error``) and those queued
@@ -277,20 +273,6 @@ class Store(Protocol):
         """``(connector_id, external_id)`` of pending documents, ordered by that pair,
         greater than ``after``: used to rebuild the queue on start."""
 
-    async def claim_documents(
-        self,
-        connector_id: str,
-        external_ids: Sequence[str],
-        *,
-        lease_token: str,
-        lease_until: datetime,
-        now: datetime,
-        with_payload: bool = True,
-    ) -> list[Document]:
-        """Compare-and-set ``pending → running`` for those of ``external_ids`` that are
-        pending: set the lease, ``attempts += 1``. Returns the claimed ones, with their
-        payload unless ``with_payload`` is false (an indexer that does not read it)."""
-
     async def claim_for_delivery(
         self,
         connector_id: str,
@@ -301,9 +283,12 @@ class Store(Protocol):
         now: datetime,
         with_payload: bool = True,
     ) -> Claim:
-        """:meth:`claim_documents`, and in the same statement the connector's status and
-        ``updated_at`` (every change of its config or status moves it): a worker reads the
-        connector again only when they differ from the copy it holds."""
+        """Compare-and-set ``pending → running`` for those of ``external_ids`` that are
+        pending: set the lease, ``attempts += 1``. Returns the claimed documents, with their
+        payload unless ``with_payload`` is false (an indexer that does not read it), and in
+        the same statement the connector's status and ``updated_at`` (every change of its
+        config or status moves it): a worker reads the connector again only when they differ
+        from the copy it holds."""
 
     async def finish_documents(
         self,
@@ -340,16 +325,6 @@ class Store(Protocol):
         """Return ``running`` documents whose lease expired to ``pending``, and end the wait
         of ``pending`` documents retried (:meth:`retry_documents`) whose time has come;
         the ids of both, to be queued."""
-
-    async def fail_documents(
-        self,
-        connector_id: str,
-        statuses: Sequence[DocStatus],
-        error: str,
-        *,
-        now: datetime,
-    ) -> int:
-        """Mark the connector's documents in ``statuses`` as ``failed`` with ``error``."""
 
     async def requeue_documents(
         self,

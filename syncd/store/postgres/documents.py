@@ -73,28 +73,6 @@ class PostgresDocuments:
             rows = await self._db.fetch_all(sql.PENDING_DOCUMENTS_AFTER, limit, *after)
         return [(row[0], row[1]) for row in rows]
 
-    async def claim_documents(
-        self,
-        connector_id: str,
-        external_ids: Sequence[str],
-        *,
-        lease_token: str,
-        lease_until: datetime,
-        now: datetime,
-        with_payload: bool = True,
-    ) -> list[Document]:
-        """``pending → running`` under a lease for those still pending; them, with their
-        payload unless ``with_payload`` is false."""
-        claim = await self.claim_for_delivery(
-            connector_id,
-            external_ids,
-            lease_token=lease_token,
-            lease_until=lease_until,
-            now=now,
-            with_payload=with_payload,
-        )
-        return claim.documents
-
     async def claim_for_delivery(
         self,
         connector_id: str,
@@ -105,7 +83,9 @@ class PostgresDocuments:
         now: datetime,
         with_payload: bool = True,
     ) -> Claim:
-        """:meth:`claim_documents` with the connector's stamp, read by the same statement."""
+        """``pending → running`` under a lease for those still pending; them, with their
+        payload unless ``with_payload`` is false, and the connector's stamp read by the same
+        statement."""
         if not external_ids:
             return Claim([], None)
         rows = await self._db.fetch_all(
@@ -178,21 +158,6 @@ class PostgresDocuments:
         rows = await self._db.fetch_all(sql.RELEASE_EXPIRED_LEASES, now)
         rows += await self._db.fetch_all(sql.RELEASE_DUE_RETRIES, now)
         return sorted((row[0], row[1]) for row in rows)
-
-    async def fail_documents(
-        self,
-        connector_id: str,
-        statuses: Sequence[DocStatus],
-        error: str,
-        *,
-        now: datetime,
-    ) -> int:
-        """Mark the connector's documents in ``statuses`` as ``failed`` with ``error``."""
-        if not statuses:
-            return 0
-        return await self._db.execute(
-            sql.FAIL_DOCUMENTS, connector_id, [s.value for s in statuses], error, now
-        )
 
     async def requeue_documents(
         self,

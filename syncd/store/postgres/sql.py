@@ -65,12 +65,6 @@ WHERE ($1::text IS NULL OR status = $1) AND ($2::text IS NULL OR id > $2)
 ORDER BY id
 LIMIT $3"""
 
-DUE_CONNECTORS: Final = f"""
-SELECT {_CONNECTOR_COLUMNS} FROM connectors
-WHERE next_run_at <= $1 AND status IN ('active', 'error')
-ORDER BY next_run_at, id
-LIMIT $2"""
-
 # What a tick may act on: due schedules and queued triggers (each side served by its index).
 _ADMISSIBLE: Final = """
 (next_run_at <= $1 AND status IN ('active', 'error')) OR sync_queued_at IS NOT NULL"""

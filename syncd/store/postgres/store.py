@@ -222,12 +222,6 @@ class PostgresStore(PostgresRunWrites, PostgresDocuments):
             await tx.execute(sql.DELETE_CONNECTOR_COUNTS, connector_id)
             await tx.execute(sql.DELETE_CONNECTOR, connector_id)
 
-    async def due_connectors(self, now: datetime, *, limit: int = 100) -> list[Connector]:
-        """Active or errored connectors with ``next_run_at <= now``, earliest first (an index
-        range scan on ``next_run_at``)."""
-        rows = await self._db.fetch_all(sql.DUE_CONNECTORS, now, limit)
-        return [_connector(row) for row in rows]
-
     async def count_admissible(self, now: datetime, *, limit: int) -> int:
         """Connectors due or queued at ``now``, at most ``limit``."""
         return int(await self._db.fetch_value(sql.COUNT_ADMISSIBLE, now, limit) or 0)

@@ -80,28 +80,6 @@ class SQLiteDocuments:
             rows = await self._db.fetch_all(sql.PENDING_DOCUMENTS_AFTER, *after, limit)
         return [(r[0], r[1]) for r in rows]
 
-    async def claim_documents(
-        self,
-        connector_id: str,
-        external_ids: Sequence[str],
-        *,
-        lease_token: str,
-        lease_until: datetime,
-        now: datetime,
-        with_payload: bool = True,
-    ) -> list[Document]:
-        """Compare-and-set ``pending → running`` under a lease; the claimed documents (with
-        their payload unless ``with_payload`` is false), in the order of ``external_ids``."""
-        claim = await self.claim_for_delivery(
-            connector_id,
-            external_ids,
-            lease_token=lease_token,
-            lease_until=lease_until,
-            now=now,
-            with_payload=with_payload,
-        )
-        return claim.documents
-
     async def claim_for_delivery(
         self,
         connector_id: str,
@@ -112,7 +90,9 @@ class SQLiteDocuments:
         now: datetime,
         with_payload: bool = True,
     ) -> Claim:
-        """:meth:`claim_documents` with the connector's stamp, read in the same transaction."""
+        """Compare-and-set ``pending → running`` under a lease; the claimed documents (with
+        their payload unless ``with_payload`` is false), in the order of ``external_ids``,
+        with the connector's stamp read in the same transaction."""
         if not external_ids:
             return Claim([], None)
         query = sql.CLAIM_DOCUMENTS if with_payload else sql.CLAIM_DOCUMENTS_NO_PAYLOAD
@@ -218,23 +198,6 @@ class SQLiteDocuments:
             rows = await tx.fetch_all(sql.RELEASE_EXPIRED_LEASES, at, at)
             rows += await tx.fetch_all(sql.RELEASE_DUE_RETRIES, at, at)
         return sorted((r[0], r[1]) for r in rows)
-
-    async def fail_documents(
-        self,
-        connector_id: str,
-        statuses: Sequence[DocStatus],
-        error: str,
-        *,
-        now: datetime,
-    ) -> int:
-        """Mark the connector's documents in ``statuses`` as ``failed`` with ``error``
-        (their leases are dropped, so a worker still indexing one cannot finish it)."""
-        if not statuses:
-            return 0
-        values = dump_json([s.value for s in statuses])
-        return await self._db.execute(
-            sql.FAIL_DOCUMENTS, error, encode_dt(now), values, connector_id
-        )
 
     async def requeue_documents(
         self,

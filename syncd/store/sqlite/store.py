@@ -267,12 +267,6 @@ class SQLiteStore(SQLiteRunWrites, SQLiteDocuments):
             await tx.execute(sql.DELETE_CONNECTOR_COUNTS, connector_id)
             await tx.execute(sql.DELETE_CONNECTOR, connector_id)
 
-    async def due_connectors(self, now: datetime, *, limit: int = 100) -> list[Connector]:
-        """Connectors with ``next_run_at <= now`` whose status is ``active`` or ``error``,
-        earliest first."""
-        rows = await self._db.fetch_all(sql.DUE_CONNECTORS, encode_dt(now), limit)
-        return [connector_from_row(r) for r in rows]
-
     async def count_admissible(self, now: datetime, *, limit: int) -> int:
         """Connectors due or queued at ``now``, at most ``limit``."""
         found = await self._db.reader.fetch_value(
