@@ -1,11 +1,7 @@
-"""The document verbs of the PostgreSQL store: a connector's documents read, listed and
-counted, the pending ones listed to rebuild the queue, the indexing workers' writes (claims
-under a lease, results, lease renewals and sweeps, failures, requeues), and the purge of
-tombstones.
-
-:class:`PostgresDocuments` is a base of :class:`~syncd.store.postgres.PostgresStore` and works
-on its database (:mod:`syncd.store.postgres.connection`); every statement lives in
-:mod:`syncd.store.postgres.sql`.
+"""The documents of the PostgreSQL store: a connector's documents read, listed and counted,
+the pending ones listed to rebuild the queue, the indexing workers' writes (claims under a
+lease, results, retries, lease renewals and sweeps, requeues), the purge of tombstones and the
+totals. Every statement lives in :mod:`syncd.store.postgres.sql`.
 """
 
 from __future__ import annotations
@@ -25,10 +21,10 @@ __all__ = ["PostgresDocuments"]
 
 
 class PostgresDocuments:
-    """The document verbs of :class:`~syncd.store.postgres.PostgresStore`,
-    one of its bases: they work on the database its constructor sets up (``_db``)."""
+    """The document verbs of the PostgreSQL store, on the database it is given."""
 
-    _db: PostgresDatabase
+    def __init__(self, db: PostgresDatabase) -> None:
+        self._db = db
 
     async def get_document(self, connector_id: str, external_id: str) -> Document | None:
         """The document with its payload, or ``None``."""

@@ -1,10 +1,7 @@
-"""The document verbs of the SQLite store: a connector's documents read, listed and counted,
-the pending ones listed to rebuild the queue, the indexing workers' writes (claims under a
-lease, results, lease renewals and sweeps, failures, requeues), and the purge of tombstones.
-
-:class:`SQLiteDocuments` is a base of :class:`~syncd.store.sqlite.SQLiteStore` and works on
-its database (:mod:`syncd.store.sqlite.connection`); every statement lives in
-:mod:`syncd.store.sqlite.sql`.
+"""The documents of the SQLite store: a connector's documents read, listed and counted, the
+pending ones listed to rebuild the queue, the indexing workers' writes (claims under a lease,
+results, retries, lease renewals and sweeps, requeues), the purge of tombstones and the
+totals. Every statement lives in :mod:`syncd.store.sqlite.sql`.
 """
 
 from __future__ import annotations
@@ -33,10 +30,10 @@ _FINISHED = frozenset({DocStatus.INDEXED, DocStatus.FAILED, DocStatus.DELETED})
 
 
 class SQLiteDocuments:
-    """The document verbs of :class:`~syncd.store.sqlite.SQLiteStore`,
-    one of its bases: they work on the database its constructor sets up (``_db``)."""
+    """The document verbs of the SQLite store, on the database it is given."""
 
-    _db: SQLiteDatabase
+    def __init__(self, db: SQLiteDatabase) -> None:
+        self._db = db
 
     async def get_document(self, connector_id: str, external_id: str) -> Document | None:
         """The document with its payload, or ``None``."""
