@@ -54,10 +54,11 @@ from syncd.config import Config
 from syncd.daemon import Daemon
 from syncd.models import Connector, new_id, utcnow
 from syncd.observability.logs import configure_logging
-from syncd.store import codec, sqlite_sql
-from syncd.store import postgres_sql as pg_sql
+from syncd.store import codec
 from syncd.store.postgres import PostgresStore
+from syncd.store.postgres import sql as pg_sql
 from syncd.store.sqlite import SQLiteStore
+from syncd.store.sqlite import sql as sqlite_sql
 
 SCHEDULE = "0 * * * *"
 

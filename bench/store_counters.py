@@ -159,7 +159,7 @@ async def once(backend: str, pages: int, size: int, batch: int) -> dict[str, tup
             chunk = ids[i : i + batch]
             token = new_id()
             until = NOW + timedelta(minutes=5)
-            await store.claim_documents(
+            await store.claim_for_delivery(
                 cid, chunk, lease_token=token, lease_until=until, now=NOW, with_payload=False
             )
             results = [(e, DocStatus.INDEXED, None) for e in chunk]

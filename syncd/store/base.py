@@ -5,6 +5,10 @@ protocol and passes the same contract suite in ``tests/contract``. Backends tran
 errors into :class:`syncd.errors.StoreError` (and :class:`~syncd.errors.NameConflict`,
 :class:`~syncd.errors.NotFound`, :class:`~syncd.errors.Fenced` where documented).
 
+The protocol has four parts (:class:`ConnectorStore`, :class:`RunStore`,
+:class:`DocumentStore`, :class:`InstanceStore`); a backend implements each as a class over
+its connection, and :class:`~syncd.store.composite.CompositeStore` hands each call to its part.
+
 Ordering and pagination: connector and run ids are time-ordered strings (``models.new_id``),
 so keyset pagination by id is creation order. Lists take ``after`` (exclusive) and ``limit``.
 """
@@ -63,19 +67,9 @@ class InstanceBeat:
     heartbeat_at: datetime
 
 
-class Store(Protocol):
-    """Persistence of connectors, runs and documents."""
-
-    async def open(self) -> None:
-        """Connect and apply migrations (idempotent; safe when several processes start)."""
-
-    async def close(self) -> None:
-        """Release connections."""
-
-    async def ping(self) -> None:
-        """Raise :class:`StoreError` unless the store answers."""
-
-    # --- connectors ---------------------------------------------------------------
+class ConnectorStore(Protocol):
+    """The connectors: their records and state changes, the scheduler's claims, the prunes
+    of their documents, their secret state and their totals."""
 
     async def create_connector(self, connector: Connector) -> Connector:
         """Insert a new connector; :class:`NameConflict` if the name is taken."""
@@ -144,10 +138,6 @@ class Store(Protocol):
         """Delete the connector with all its documents, runs and document counts (no-op if
         missing)."""
 
-    async def due_connectors(self, now: datetime, *, limit: int = 100) -> list[Connector]:
-        """Connectors with ``next_run_at <= now`` whose status is ``active`` or ``error``,
-        earliest first. Served by an index on ``next_run_at``, not a scan."""
-
     async def count_admissible(self, now: datetime, *, limit: int) -> int:
         """How many connectors a tick could act on at ``now``, at most ``limit``: those due
         (``next_run_at <= now``, status ``active`` or ``error``) and those queued
@@ -169,7 +159,20 @@ class Store(Protocol):
         Returns ``(before, after)`` for every row locked, in age order (``after is before``
         when nothing was written)."""
 
-    # --- run writes, fenced by run id ----------------------------------------------
+    async def save_secret_state(
+        self, connector_id: str, key: str, value: Mapping[str, Any] | None
+    ) -> None:
+        """Set (or, with ``None``, remove) one key of the connector's ``secret_state``, durably,
+        in its own transaction. Not fenced by a run: a rotated refresh token must survive a
+        failed, aborted or interrupted crawl. No-op if the connector is gone."""
+
+    async def connector_totals(self) -> dict[tuple[ConnectorStatus, SyncStatus], int]:
+        """Connectors per ``(status, sync_status)``, from one aggregate query (every pair
+        present, zero if none)."""
+
+
+class RunStore(Protocol):
+    """The writes of a running crawl, fenced by its run id, and the runs' history."""
 
     async def commit_page(
         self,
@@ -247,7 +250,10 @@ class Store(Protocol):
     ) -> list[Run]:
         """A connector's runs, newest first, ids smaller than ``before``."""
 
-    # --- documents ------------------------------------------------------------------
+
+class DocumentStore(Protocol):
+    """The documents: read, listed and counted, the indexing workers' writes under a lease,
+    and the purge of tombstones."""
 
     async def get_document(self, connector_id: str, external_id: str) -> Document | None:
         """The document with its payload (and ``payload_json``, the stored JSON text), or
@@ -277,20 +283,6 @@ class Store(Protocol):
         """``(connector_id, external_id)`` of pending documents, ordered by that pair,
         greater than ``after``: used to rebuild the queue on start."""
 
-    async def claim_documents(
-        self,
-        connector_id: str,
-        external_ids: Sequence[str],
-        *,
-        lease_token: str,
-        lease_until: datetime,
-        now: datetime,
-        with_payload: bool = True,
-    ) -> list[Document]:
-        """Compare-and-set ``pending → running`` for those of ``external_ids`` that are
-        pending: set the lease, ``attempts += 1``. Returns the claimed ones, with their
-        payload unless ``with_payload`` is false (an indexer that does not read it)."""
-
     async def claim_for_delivery(
         self,
         connector_id: str,
@@ -301,9 +293,12 @@ class Store(Protocol):
         now: datetime,
         with_payload: bool = True,
     ) -> Claim:
-        """:meth:`claim_documents`, and in the same statement the connector's status and
-        ``updated_at`` (every change of its config or status moves it): a worker reads the
-        connector again only when they differ from the copy it holds."""
+        """Compare-and-set ``pending → running`` for those of ``external_ids`` that are
+        pending: set the lease, ``attempts += 1``. Returns the claimed documents, with their
+        payload unless ``with_payload`` is false (an indexer that does not read it), and in
+        the same statement the connector's status and ``updated_at`` (every change of its
+        config or status moves it): a worker reads the connector again only when they differ
+        from the copy it holds."""
 
     async def finish_documents(
         self,
@@ -341,16 +336,6 @@ class Store(Protocol):
         of ``pending`` documents retried (:meth:`retry_documents`) whose time has come;
         the ids of both, to be queued."""
 
-    async def fail_documents(
-        self,
-        connector_id: str,
-        statuses: Sequence[DocStatus],
-        error: str,
-        *,
-        now: datetime,
-    ) -> int:
-        """Mark the connector's documents in ``statuses`` as ``failed`` with ``error``."""
-
     async def requeue_documents(
         self,
         connector_id: str,
@@ -370,17 +355,13 @@ class Store(Protocol):
         """Remove ``deleted`` documents (tombstones) whose deletion (``updated_at``) is older
         than ``before``; how many. Served by an index on deleted documents, not a scan."""
 
-    # --- totals (metrics) -------------------------------------------------------------
-
     async def document_totals(self) -> dict[DocStatus, int]:
         """Documents of every connector per status, from one aggregate query over the
         counters of :meth:`document_counts` (every status present, zero if none)."""
 
-    async def connector_totals(self) -> dict[tuple[ConnectorStatus, SyncStatus], int]:
-        """Connectors per ``(status, sync_status)``, from one aggregate query (every pair
-        present, zero if none)."""
 
-    # --- instances (GET /status) ------------------------------------------------------
+class InstanceStore(Protocol):
+    """The heartbeats of the daemon's instances (``GET /status``)."""
 
     async def heartbeat_instance(self, owner: str, info: Mapping[str, Any], now: datetime) -> None:
         """Record that the instance ``owner`` is alive at ``now`` and reports ``info`` (a
@@ -389,12 +370,19 @@ class Store(Protocol):
     async def list_instances(self, since: datetime) -> list[InstanceBeat]:
         """The instances whose last heartbeat is newer than ``since``, by owner."""
 
-    async def save_secret_state(
-        self, connector_id: str, key: str, value: Mapping[str, Any] | None
-    ) -> None:
-        """Set (or, with ``None``, remove) one key of the connector's ``secret_state``, durably,
-        in its own transaction. Not fenced by a run: a rotated refresh token must survive a
-        failed, aborted or interrupted crawl. No-op if the connector is gone."""
-
     async def remove_instance(self, owner: str) -> None:
         """Forget the instance ``owner`` (it stopped cleanly); no-op if unknown."""
+
+
+class Store(ConnectorStore, RunStore, DocumentStore, InstanceStore, Protocol):
+    """Persistence of connectors, runs and documents: the four parts above, and the
+    connection they share."""
+
+    async def open(self) -> None:
+        """Connect and apply migrations (idempotent; safe when several processes start)."""
+
+    async def close(self) -> None:
+        """Release connections."""
+
+    async def ping(self) -> None:
+        """Raise :class:`StoreError` unless the store answers."""

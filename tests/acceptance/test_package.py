@@ -233,9 +233,9 @@ def _check_wheel(wheel: Path) -> None:
         *(f"syncd/data/{name}" for name in ORIGINALS),
         *(f"syncd/ui/{name}" for name in ("index.html", "app.js", "app.css")),
         # Each backend's SQL, in one module (PostgreSQL's document counters in their own).
-        "syncd/store/sqlite_sql.py",
-        "syncd/store/postgres_sql.py",
-        "syncd/store/postgres_counters_sql.py",
+        "syncd/store/sqlite/sql.py",
+        "syncd/store/postgres/sql.py",
+        "syncd/store/postgres/counters_sql.py",
     }
     assert expected <= names, expected - names
     assert not [n for n in names if "__pycache__" in n or n.startswith("tests/")]

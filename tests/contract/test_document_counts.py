@@ -29,11 +29,13 @@ from syncd.models import (
     Transition,
     new_id,
 )
-from syncd.store import postgres_migrations, postgres_sql, sqlite_migrations
 from syncd.store.base import Store
 from syncd.store.codec import encode_dt
 from syncd.store.postgres import PostgresStore
+from syncd.store.postgres import migrations as postgres_migrations
+from syncd.store.postgres import sql as postgres_sql
 from syncd.store.sqlite import SQLiteStore
+from syncd.store.sqlite import migrations as sqlite_migrations
 
 from .factories import T0, at, make_connector, make_doc, start_run
 
@@ -143,14 +145,16 @@ class Walk:
         elif op == "claim":
             token = new_id()
             now = self.now()
-            claimed = await self.store.claim_documents(
-                cid,
-                rng.sample(IDS, rng.randint(1, 12)),
-                lease_token=token,
-                lease_until=at(self.t + rng.randint(1, 20)),
-                now=now,
-                with_payload=rng.random() < 0.5,
-            )
+            claimed = (
+                await self.store.claim_for_delivery(
+                    cid,
+                    rng.sample(IDS, rng.randint(1, 12)),
+                    lease_token=token,
+                    lease_until=at(self.t + rng.randint(1, 20)),
+                    now=now,
+                    with_payload=rng.random() < 0.5,
+                )
+            ).documents
             live.leases[token] = [d.external_id for d in claimed]
             if rng.random() < 0.5:  # a worker that finishes at once
                 await self.finish(live, token)
@@ -161,8 +165,7 @@ class Walk:
         elif op == "release":
             await self.store.release_expired_leases(self.now())
         elif op == "fail":
-            statuses = rng.sample(list(DocStatus), rng.randint(1, 3))
-            await self.store.fail_documents(cid, statuses, "Aborted", now=self.now())
+            await self.fail(live)
         elif op == "requeue":
             run_id = live.run_id if rng.random() < 0.5 else None
             error = rng.choice([None, "Aborted", "HTTP 500"])
@@ -189,6 +192,16 @@ class Walk:
         ids = live.leases[token] + self.rng.sample(IDS, self.rng.randint(0, 2))
         results = [(e, self.rng.choice(statuses), "HTTP 500") for e in ids]
         await self.store.finish_documents(live.connector.id, token, results, now=self.now())
+
+    async def fail(self, live: Live) -> None:
+        """``mutate_connector`` with ``fail_documents`` that keeps the run: its pending and
+        running documents fail, and its later pages go on."""
+        now = self.now()
+
+        def touch(c: Connector) -> Transition:
+            return Transition(replace(c, updated_at=now))
+
+        await self.store.mutate_connector(live.connector.id, touch, fail_documents="Aborted")
 
     async def abort(self, live: Live) -> None:
         """``mutate_connector`` with ``fail_documents``: the run ends, its documents fail."""
@@ -237,7 +250,7 @@ async def test_a_connector_deleted_midway_leaves_no_counts(store: Store) -> None
         run_id = await start_run(store, c.id)
         docs = [make_doc(e) for e in IDS]
         await store.commit_page(c.id, run_id, docs, next_cursor=None, source_state={}, now=T0)
-        await store.claim_documents(c.id, IDS[:5], lease_token="L", lease_until=at(60), now=T0)
+        await store.claim_for_delivery(c.id, IDS[:5], lease_token="L", lease_until=at(60), now=T0)
     await store.delete_connector(gone.id)
     assert await store.document_counts(gone.id) == ZERO
     assert await store.get_connector_with_counts(gone.id) is None
@@ -361,7 +374,9 @@ async def test_postgres_folds_the_deltas_of_a_connector(postgres_dsn: str) -> No
             docs = [make_doc(f"d{p:02d}-{i}") for i in range(3)]
             await store.commit_page(c.id, run_id, docs, next_cursor=None, source_state={}, now=T0)
             ids = [d.external_id for d in docs]
-            await store.claim_documents(c.id, ids, lease_token=f"L{p}", lease_until=at(60), now=T0)
+            await store.claim_for_delivery(
+                c.id, ids, lease_token=f"L{p}", lease_until=at(60), now=T0
+            )
             done = [(e, DocStatus.INDEXED, None) for e in ids]
             await store.finish_documents(c.id, f"L{p}", done, now=at(1))
         # 180 statements wrote deltas; what is kept stays bounded and sums right.
@@ -405,9 +420,11 @@ async def test_postgres_concurrent_commits_and_finishes_keep_counts_exact(
             statuses = [DocStatus.INDEXED, DocStatus.FAILED, DocStatus.DELETED]
             for r in range(20):
                 token = f"w{k}-{r}"
-                claimed = await store.claim_documents(
-                    c.id, rng.sample(ids, 30), lease_token=token, lease_until=at(600), now=at(r)
-                )
+                claimed = (
+                    await store.claim_for_delivery(
+                        c.id, rng.sample(ids, 30), lease_token=token, lease_until=at(600), now=at(r)
+                    )
+                ).documents
                 results = [(d.external_id, rng.choice(statuses), "x") for d in claimed]
                 await store.finish_documents(c.id, token, results, now=at(r))
 

@@ -8,8 +8,7 @@ import pytest
 
 from syncd import rules
 from syncd.models import Connector, SyncStatus, Transition, new_id
-from syncd.store import postgres_sql as sql
-from syncd.store.postgres import PostgresStore
+from syncd.store.postgres import PostgresStore, sql
 
 from .factories import at, make_connector
 

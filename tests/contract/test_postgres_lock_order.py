@@ -124,9 +124,11 @@ async def race_finish_with_prune(
     """Claim ``a`` and ``z``, then run their finish and the prune in the order described
     above; how many documents the finish wrote."""
     now = at(3)
-    claimed = await store.claim_documents(
-        c.id, ["a", "z"], lease_token="w", lease_until=now + timedelta(minutes=5), now=now
-    )
+    claimed = (
+        await store.claim_for_delivery(
+            c.id, ["a", "z"], lease_token="w", lease_until=now + timedelta(minutes=5), now=now
+        )
+    ).documents
     assert sorted(d.external_id for d in claimed) == ["a", "z"]
     tx = holder.transaction()
     await tx.start()
@@ -309,9 +311,11 @@ async def test_deleting_a_connector_does_not_deadlock_with_a_finish(
         c = await store.create_connector(make_connector())
         await crawl(store, c, "c1", "a", "z")
         now = at(3)
-        claimed = await store.claim_documents(
-            c.id, ["a", "z"], lease_token="w", lease_until=now + timedelta(minutes=5), now=now
-        )
+        claimed = (
+            await store.claim_for_delivery(
+                c.id, ["a", "z"], lease_token="w", lease_until=now + timedelta(minutes=5), now=now
+            )
+        ).documents
         assert sorted(d.external_id for d in claimed) == ["a", "z"]
         moved = await admin.execute(
             "UPDATE documents SET updated_at = updated_at"
@@ -387,7 +391,7 @@ async def test_a_finish_records_a_document_rewritten_while_it_waited(
     c = await store.create_connector(make_connector())
     await crawl(store, c, "c1", "a", "z")
     now = at(3)
-    await store.claim_documents(
+    await store.claim_for_delivery(
         c.id, ["a", "z"], lease_token="w", lease_until=now + timedelta(minutes=5), now=now
     )
     results = [("a", DocStatus.INDEXED, None), ("z", DocStatus.INDEXED, None)]
@@ -417,9 +421,11 @@ async def test_a_claim_takes_a_document_rewritten_while_it_waited(
     now = at(3)
 
     async def claim() -> list[str]:
-        docs = await store.claim_documents(
-            c.id, ["a", "z"], lease_token="w", lease_until=now + timedelta(minutes=5), now=now
-        )
+        docs = (
+            await store.claim_for_delivery(
+                c.id, ["a", "z"], lease_token="w", lease_until=now + timedelta(minutes=5), now=now
+            )
+        ).documents
         return [d.external_id for d in docs]
 
     claimed = await rewrite_while_held(admin, holder, c, "updated_at = updated_at", claim)

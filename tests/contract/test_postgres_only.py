@@ -33,9 +33,8 @@ from syncd.models import (
 )
 from syncd.pipeline.inputs import document_inputs
 from syncd.store import open_store
-from syncd.store import postgres_migrations as schema
-from syncd.store import postgres_sql as sql
-from syncd.store.postgres import PostgresStore
+from syncd.store.postgres import PostgresStore, sql
+from syncd.store.postgres import migrations as schema
 
 
 async def wait_until(predicate: Callable[[], Awaitable[bool]]) -> None:
@@ -190,9 +189,11 @@ async def _exercise(s: PostgresStore) -> None:
     await s.mutate_connector(c.id, start_run(run_id))
     now = utcnow()
     ids = await s.commit_page(c.id, run_id, docs(3), next_cursor="n", source_state={}, now=now)
-    claimed = await s.claim_documents(
-        c.id, ids, lease_token="t", lease_until=now + timedelta(minutes=1), now=now
-    )
+    claimed = (
+        await s.claim_for_delivery(
+            c.id, ids, lease_token="t", lease_until=now + timedelta(minutes=1), now=now
+        )
+    ).documents
     done = await s.finish_documents(
         c.id, "t", [(d.external_id, DocStatus.INDEXED, None) for d in claimed], now=now
     )
@@ -374,16 +375,6 @@ async def test_calls_before_open_or_after_close_are_store_errors(store: Postgres
 # --- queries, types and row-level concurrency ----------------------------------------------
 
 
-async def test_due_connectors_is_served_by_the_next_run_at_index(
-    store: PostgresStore, admin: asyncpg.Connection[asyncpg.Record]
-) -> None:
-    await admin.execute("SET enable_seqscan = off")
-    plan = "\n".join(
-        r[0] for r in await admin.fetch(f"EXPLAIN {sql.DUE_CONNECTORS}", utcnow(), 100)
-    )
-    assert "connectors_next_run_at_idx" in plan
-
-
 async def test_finish_reads_only_the_documents_it_finishes(
     store: PostgresStore, admin: asyncpg.Connection[asyncpg.Record]
 ) -> None:
@@ -398,7 +389,7 @@ async def test_finish_reads_only_the_documents_it_finishes(
         c.id, run_id, docs(3000), next_cursor=None, source_state={}, now=now
     )
     until = now + timedelta(minutes=1)
-    await store.claim_documents(c.id, ids, lease_token="L", lease_until=until, now=now)
+    await store.claim_for_delivery(c.id, ids, lease_token="L", lease_until=until, now=now)
     half = [(e, DocStatus.INDEXED, None) for e in ids[:1500]]
     assert await store.finish_documents(c.id, "L", half, now=now) == 1500
     tx = admin.transaction()
@@ -528,7 +519,7 @@ async def test_concurrent_claims_take_each_document_once(store: PostgresStore) -
     # Every claimer asks for every document, in different orders.
     claims = await asyncio.gather(
         *(
-            store.claim_documents(
+            store.claim_for_delivery(
                 c.id,
                 ids if i % 2 else list(reversed(ids)),
                 lease_token=f"worker-{i}",
@@ -538,9 +529,11 @@ async def test_concurrent_claims_take_each_document_once(store: PostgresStore) -
             for i in range(8)
         )
     )
-    claimed = [d.external_id for batch in claims for d in batch]
+    claimed = [d.external_id for claim in claims for d in claim.documents]
     assert sorted(claimed) == sorted(ids)
-    assert all(d.attempts == 1 and d.payload is not None for batch in claims for d in batch)
+    assert all(
+        d.attempts == 1 and d.payload is not None for claim in claims for d in claim.documents
+    )
 
 
 async def test_concurrent_page_commits_and_claims_do_not_deadlock(store: PostgresStore) -> None:
@@ -560,9 +553,11 @@ async def test_concurrent_page_commits_and_claims_do_not_deadlock(store: Postgre
 
     async def work(i: int) -> None:
         order = ids if i % 2 else list(reversed(ids))
-        got = await store.claim_documents(
-            c.id, order, lease_token=f"w{i}", lease_until=now + timedelta(minutes=1), now=now
-        )
+        got = (
+            await store.claim_for_delivery(
+                c.id, order, lease_token=f"w{i}", lease_until=now + timedelta(minutes=1), now=now
+            )
+        ).documents
         await store.finish_documents(
             c.id, f"w{i}", [(d.external_id, DocStatus.INDEXED, None) for d in got], now=now
         )

@@ -156,14 +156,14 @@ async def test_a_busy_database_sends_quick_reads_to_the_read_threads(
 ) -> None:
     store = sqlite_store
     connector = await store.create_connector(make_connector("busy"))
-    real = store._db._quick_db
+    real = store._db.quick.attach(None)
     assert real is not None
     busy = _BusyOnce(real, code)
-    store._db._quick_db = busy  # type: ignore[assignment]
+    store._db.quick.attach(busy)  # type: ignore[arg-type]
     try:
         found = await store.get_connector_with_counts(connector.id)
     finally:
-        store._db._quick_db = real
+        store._db.quick.attach(real)
     assert busy.refused == 1
     assert found is not None and found[0].name == "busy"
 

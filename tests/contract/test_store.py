@@ -39,9 +39,10 @@ from syncd.models import (
     new_id,
 )
 from syncd.pipeline.inputs import document_inputs
+from syncd.rules import NotDue
 from syncd.store.base import StateRule, Store
 from syncd.store.sqlite import SQLiteStore
-from syncd.store.sqlite_migrations import MIGRATIONS
+from syncd.store.sqlite.migrations import MIGRATIONS
 
 from .factories import T0, at, make_connector, make_doc, start_run
 
@@ -79,6 +80,18 @@ async def commit(
 
 async def statuses(store: Store, connector_id: str) -> dict[str, DocStatus]:
     return {d.external_id: d.status for d in await store.list_documents(connector_id)}
+
+
+async def fail_open_documents(
+    store: Store, connector_id: str, *, now_s: float, error: str = ABORTED_ERROR
+) -> None:
+    """Fail the connector's pending and running documents as an abort does (a connector
+    change with ``fail_documents``), changing nothing else but ``updated_at``."""
+    await store.mutate_connector(
+        connector_id,
+        lambda cur: Transition(replace(cur, updated_at=at(now_s))),
+        fail_documents=error,
+    )
 
 
 # --- connectors -----------------------------------------------------------------------
@@ -290,7 +303,7 @@ async def test_mutate_connector_fails_documents_in_the_same_transaction(store: S
     c = await add_connector(store)
     run_id = await start_run(store, c.id)
     await commit(store, c, run_id, ("p", 1), ("r", 1), ("i", 1))
-    await store.claim_documents(c.id, ["r", "i"], lease_token="L", lease_until=at(60), now=T0)
+    await store.claim_for_delivery(c.id, ["r", "i"], lease_token="L", lease_until=at(60), now=T0)
     await store.finish_documents(c.id, "L", [("i", DocStatus.INDEXED, None)], now=at(1))
 
     def stop(current: Connector) -> Transition:
@@ -391,7 +404,7 @@ async def test_delete_connector_cascades(store: Store) -> None:
     await store.delete_connector("never-existed")
 
 
-async def test_due_connectors(store: Store) -> None:
+async def test_claim_due_reads_the_due_connectors(store: Store) -> None:
     now = at(0)
     late_error = await add_connector(store, next_run_at=at(-120), status=ConnectorStatus.ERROR)
     due_active = await add_connector(store, next_run_at=at(-60))
@@ -402,14 +415,18 @@ async def test_due_connectors(store: Store) -> None:
     await add_connector(store, next_run_at=at(1))
     await add_connector(store, next_run_at=None)
 
-    due = await store.due_connectors(now)
-    assert [c.id for c in due] == [late_error.id, due_active.id, running.id, exactly_now.id]
-    assert due[0] == late_error
-    assert [c.id for c in await store.due_connectors(now, limit=2)] == [
+    def look(c: Connector) -> Transition:
+        raise NotDue()  # read, and write nothing
+
+    due = await store.claim_due(now, look, limit=100)
+    assert [b.id for b, _ in due] == [late_error.id, due_active.id, running.id, exactly_now.id]
+    assert due[0][0] == late_error
+    assert all(a is b for b, a in due)
+    assert [b.id for b, _ in await store.claim_due(now, look, limit=2)] == [
         late_error.id,
         due_active.id,
     ]
-    assert await store.due_connectors(at(-121)) == []
+    assert await store.claim_due(at(-121), look, limit=100) == []
 
 
 # --- commit_page and report -----------------------------------------------------------
@@ -449,13 +466,15 @@ async def test_commit_page_semantics_of_existing_documents(store: Store) -> None
     run_id = await start_run(store, c.id)
     names = ["indexed", "changed", "aborted", "failed", "pending", "running"]
     await commit(store, c, run_id, *((n, 1) for n in names), now_s=1)
-    claimed = await store.claim_documents(
-        c.id,
-        ["indexed", "changed", "aborted", "failed", "running"],
-        lease_token="L",
-        lease_until=at(100),
-        now=at(2),
-    )
+    claimed = (
+        await store.claim_for_delivery(
+            c.id,
+            ["indexed", "changed", "aborted", "failed", "running"],
+            lease_token="L",
+            lease_until=at(100),
+            now=at(2),
+        )
+    ).documents
     assert len(claimed) == 5
     await store.finish_documents(
         c.id,
@@ -517,7 +536,7 @@ async def test_commit_page_changed_running_document_loses_its_lease(store: Store
     c = await add_connector(store)
     run_id = await start_run(store, c.id)
     await commit(store, c, run_id, ("a", 1))
-    await store.claim_documents(c.id, ["a"], lease_token="L", lease_until=at(100), now=at(2))
+    await store.claim_for_delivery(c.id, ["a"], lease_token="L", lease_until=at(100), now=at(2))
 
     assert await commit(store, c, run_id, ("a", 2), now_s=3) == ["a"]
 
@@ -675,9 +694,11 @@ async def test_payloads_round_trip_exactly(store: Store) -> None:
     assert (await get_doc(store, c.id, "12345678901234567890123")).payload == EXACT_RECORDS[4]
     nul = await get_doc(store, c.id, "nul")
     assert '"a\\u0000b"' in (nul.payload_json or "")  # escaped, so any text column holds it
-    claimed = await store.claim_documents(
-        c.id, [d.external_id for d in docs], lease_token="L", lease_until=at(60), now=at(2)
-    )
+    claimed = (
+        await store.claim_for_delivery(
+            c.id, [d.external_id for d in docs], lease_token="L", lease_until=at(60), now=at(2)
+        )
+    ).documents
     assert {d.external_id: d.payload for d in claimed} == {
         d.external_id: r for d, r in zip(docs, EXACT_RECORDS, strict=True)
     }
@@ -794,7 +815,7 @@ async def test_requeue_documents_fenced_by_run_id(store: Store) -> None:
     c = await add_connector(store)
     run_id = await start_run(store, c.id)
     await commit(store, c, run_id, ("a", 1), ("b", 1))
-    await store.fail_documents(c.id, [DocStatus.PENDING], ABORTED_ERROR, now=at(2))
+    await fail_open_documents(store, c.id, now_s=2)
 
     with pytest.raises(Fenced):
         await store.requeue_documents(c.id, error=ABORTED_ERROR, now=at(3), run_id="old-run")
@@ -809,7 +830,7 @@ async def test_requeue_documents_fenced_by_run_id(store: Store) -> None:
     assert await statuses(store, c.id) == {"a": DocStatus.PENDING, "b": DocStatus.PENDING}
 
     # Once the run is no longer current (aborted), its requeue writes nothing.
-    await store.fail_documents(c.id, [DocStatus.PENDING], ABORTED_ERROR, now=at(5))
+    await fail_open_documents(store, c.id, now_s=5)
     await store.mutate_connector(
         c.id, lambda cur: Transition(replace(cur, sync_status=SyncStatus.IDLE, run_id=None))
     )
@@ -854,7 +875,7 @@ async def test_list_and_get_documents(store: Store) -> None:
     other_run = await start_run(store, other.id)
     await commit(store, c, run_id, ("d", 1), ("b", 1), ("a", 1), ("c", 1), ("e", 1))
     await commit(store, other, other_run, ("z", 1))
-    await store.claim_documents(c.id, ["b", "d"], lease_token="L", lease_until=at(9), now=at(2))
+    await store.claim_for_delivery(c.id, ["b", "d"], lease_token="L", lease_until=at(9), now=at(2))
 
     listed = await store.list_documents(c.id)
     assert [d.external_id for d in listed] == ["a", "b", "c", "d", "e"]
@@ -893,7 +914,9 @@ async def test_document_counts(store: Store) -> None:
     assert await store.document_counts(c.id) == ALL_ZERO
     run_id = await start_run(store, c.id)
     await commit(store, c, run_id, ("a", 1), ("b", 1), ("c", 1), ("d", 1))
-    await store.claim_documents(c.id, ["a", "b", "c"], lease_token="L", lease_until=at(9), now=T0)
+    await store.claim_for_delivery(
+        c.id, ["a", "b", "c"], lease_token="L", lease_until=at(9), now=T0
+    )
     await store.finish_documents(c.id, "L", [("a", DocStatus.INDEXED, None)], now=at(1))
 
     assert await store.document_counts(c.id) == {
@@ -913,7 +936,7 @@ async def test_pending_documents_paging(store: Store) -> None:
     r2 = await start_run(store, c2.id)
     await commit(store, c1, r1, ("b", 1), ("a", 1), ("c", 1))
     await commit(store, c2, r2, ("a", 1), ("b", 1))
-    await store.claim_documents(c1.id, ["b"], lease_token="L", lease_until=at(9), now=T0)
+    await store.claim_for_delivery(c1.id, ["b"], lease_token="L", lease_until=at(9), now=T0)
     expected = sorted([(c1.id, "a"), (c1.id, "c"), (c2.id, "a"), (c2.id, "b")])
 
     assert await store.pending_documents() == expected
@@ -926,14 +949,16 @@ async def test_pending_documents_paging(store: Store) -> None:
     assert await store.pending_documents(after=expected[1], limit=1) == [expected[2]]
 
 
-async def test_claim_documents(store: Store) -> None:
+async def test_claim_for_delivery_leases_pending_documents(store: Store) -> None:
     c = await add_connector(store)
     run_id = await start_run(store, c.id)
     await commit(store, c, run_id, ("a", 1), ("b", 1), ("c", 1))
 
-    claimed = await store.claim_documents(
-        c.id, ["c", "a", "missing"], lease_token="L1", lease_until=at(60), now=at(5)
-    )
+    claimed = (
+        await store.claim_for_delivery(
+            c.id, ["c", "a", "missing"], lease_token="L1", lease_until=at(60), now=at(5)
+        )
+    ).documents
     assert sorted(d.external_id for d in claimed) == ["a", "c"]
     by_id = {d.external_id: d for d in claimed}
     a = by_id["a"]
@@ -948,23 +973,28 @@ async def test_claim_documents(store: Store) -> None:
     assert await store.get_document(c.id, "a") == a
 
     # Only pending documents can be claimed: a second claim gets nothing.
-    again = await store.claim_documents(
-        c.id, ["a", "b"], lease_token="L2", lease_until=at(60), now=at(6)
-    )
+    again = (
+        await store.claim_for_delivery(
+            c.id, ["a", "b"], lease_token="L2", lease_until=at(60), now=at(6)
+        )
+    ).documents
     assert [d.external_id for d in again] == ["b"]
-    assert await store.claim_documents(c.id, [], lease_token="L3", lease_until=at(1), now=T0) == []
+    assert (
+        await store.claim_for_delivery(c.id, [], lease_token="L3", lease_until=at(1), now=T0)
+    ).documents == []
     # Another connector's ids are not claimed through this one.
     other = await add_connector(store)
     assert (
-        await store.claim_documents(other.id, ["c"], lease_token="L4", lease_until=at(1), now=T0)
-        == []
-    )
+        await store.claim_for_delivery(other.id, ["c"], lease_token="L4", lease_until=at(1), now=T0)
+    ).documents == []
 
     # After the lease expires the document is pending again, and a new claim counts.
     await store.release_expired_leases(at(61))
-    reclaimed = await store.claim_documents(
-        c.id, ["a"], lease_token="L5", lease_until=at(120), now=at(62)
-    )
+    reclaimed = (
+        await store.claim_for_delivery(
+            c.id, ["a"], lease_token="L5", lease_until=at(120), now=at(62)
+        )
+    ).documents
     assert [(d.external_id, d.attempts, d.lease_token) for d in reclaimed] == [("a", 2, "L5")]
 
 
@@ -999,13 +1029,15 @@ async def test_a_claim_for_delivery_reads_the_connectors_stamp(store: Store) -> 
     assert nothing.documents == [] and nothing.stamp is None
 
 
-async def test_claim_documents_without_payload(store: Store) -> None:
+async def test_claim_for_delivery_without_payload(store: Store) -> None:
     c = await add_connector(store)
     run_id = await start_run(store, c.id)
     await commit(store, c, run_id, ("a", 1), ("b", 1))
-    claimed = await store.claim_documents(
-        c.id, ["a", "b"], lease_token="L", lease_until=at(60), now=at(1), with_payload=False
-    )
+    claimed = (
+        await store.claim_for_delivery(
+            c.id, ["a", "b"], lease_token="L", lease_until=at(60), now=at(1), with_payload=False
+        )
+    ).documents
     assert sorted((d.external_id, d.payload, d.status) for d in claimed) == [
         ("a", None, DocStatus.RUNNING),
         ("b", None, DocStatus.RUNNING),
@@ -1018,7 +1050,9 @@ async def test_finish_documents_only_under_the_lease(store: Store) -> None:
     c = await add_connector(store)
     run_id = await start_run(store, c.id)
     await commit(store, c, run_id, ("a", 1), ("b", 1), ("c", 1), ("d", 1))
-    await store.claim_documents(c.id, ["a", "b", "c"], lease_token="L", lease_until=at(60), now=T0)
+    await store.claim_for_delivery(
+        c.id, ["a", "b", "c"], lease_token="L", lease_until=at(60), now=T0
+    )
 
     wrong = await store.finish_documents(c.id, "other", [("a", DocStatus.INDEXED, None)], now=at(1))
     assert wrong == 0
@@ -1059,7 +1093,7 @@ async def test_finish_documents_only_under_the_lease(store: Store) -> None:
     assert await store.finish_documents(c.id, "L", [("a", DocStatus.FAILED, "x")], now=at(3)) == 0
 
     # An aborted (failed) document is not overwritten by its worker's late result.
-    await store.fail_documents(c.id, [DocStatus.RUNNING], ABORTED_ERROR, now=at(4))
+    await fail_open_documents(store, c.id, now_s=4)
     late = await store.finish_documents(c.id, "L", [("c", DocStatus.INDEXED, None)], now=at(5))
     assert late == 0
     cdoc = await store.get_document(c.id, "c")
@@ -1070,7 +1104,9 @@ async def test_retry_documents_wait_then_come_back_to_be_queued(store: Store) ->
     c = await add_connector(store)
     run_id = await start_run(store, c.id)
     await commit(store, c, run_id, ("a", 1), ("b", 1), ("c", 1))
-    await store.claim_documents(c.id, ["a", "b", "c"], lease_token="L", lease_until=at(60), now=T0)
+    await store.claim_for_delivery(
+        c.id, ["a", "b", "c"], lease_token="L", lease_until=at(60), now=T0
+    )
 
     assert await store.retry_documents(c.id, "other", [("a", "HTTP 503", at(10))], now=at(1)) == 0
     written = await store.retry_documents(
@@ -1092,9 +1128,8 @@ async def test_retry_documents_wait_then_come_back_to_be_queued(store: Store) ->
     assert (counts[DocStatus.PENDING], counts[DocStatus.RUNNING]) == (2, 1)
     # Waiting: not claimed before its time, even when a queue entry asks for it.
     assert (
-        await store.claim_documents(c.id, ["a"], lease_token="M", lease_until=at(60), now=at(5))
-        == []
-    )
+        await store.claim_for_delivery(c.id, ["a"], lease_token="M", lease_until=at(60), now=at(5))
+    ).documents == []
     # A retried document is no longer held by its old lease.
     assert await store.finish_documents(c.id, "L", [("a", DocStatus.INDEXED, None)], now=at(6)) == 0
 
@@ -1102,9 +1137,11 @@ async def test_retry_documents_wait_then_come_back_to_be_queued(store: Store) ->
     assert await store.release_expired_leases(at(10)) == [(c.id, "a")]
     assert (await get_doc(store, c.id, "a")).lease_until is None
     assert await store.release_expired_leases(at(11)) == []
-    again = await store.claim_documents(
-        c.id, ["a", "b"], lease_token="M", lease_until=at(90), now=at(12)
-    )
+    again = (
+        await store.claim_for_delivery(
+            c.id, ["a", "b"], lease_token="M", lease_until=at(90), now=at(12)
+        )
+    ).documents
     assert [(d.external_id, d.attempts) for d in again] == [("a", 2)]
     # A crawl that sees the document changed ends its wait: it is queued with the page.
     await commit(store, c, run_id, ("b", 2))
@@ -1117,7 +1154,7 @@ async def test_finish_documents_batch_in_any_order_last_result_wins(store: Store
     run_id = await start_run(store, c.id)
     await commit(store, c, run_id, *((f"d{i:02d}", 1) for i in range(20)))
     ids = [f"d{i:02d}" for i in range(20)]
-    await store.claim_documents(c.id, ids, lease_token="L", lease_until=at(60), now=T0)
+    await store.claim_for_delivery(c.id, ids, lease_token="L", lease_until=at(60), now=T0)
     results: list[tuple[str, DocStatus, str | None]] = [
         (e, DocStatus.INDEXED, None) for e in reversed(ids)
     ]
@@ -1145,10 +1182,10 @@ async def test_indexed_at_is_kept_until_next_indexing(store: Store) -> None:
     c = await add_connector(store)
     run_id = await start_run(store, c.id)
     await commit(store, c, run_id, ("a", 1))
-    await store.claim_documents(c.id, ["a"], lease_token="L", lease_until=at(60), now=T0)
+    await store.claim_for_delivery(c.id, ["a"], lease_token="L", lease_until=at(60), now=T0)
     await store.finish_documents(c.id, "L", [("a", DocStatus.INDEXED, None)], now=at(1))
     await commit(store, c, run_id, ("a", 2), now_s=2)
-    await store.claim_documents(c.id, ["a"], lease_token="M", lease_until=at(60), now=at(3))
+    await store.claim_for_delivery(c.id, ["a"], lease_token="M", lease_until=at(60), now=at(3))
     await store.finish_documents(c.id, "M", [("a", DocStatus.FAILED, "HTTP 500")], now=at(4))
     a = await store.get_document(c.id, "a")
     assert a is not None and (a.status, a.indexed_at) == (DocStatus.FAILED, at(1))
@@ -1158,8 +1195,8 @@ async def test_extend_leases(store: Store) -> None:
     c = await add_connector(store)
     run_id = await start_run(store, c.id)
     await commit(store, c, run_id, ("a", 1), ("b", 1), ("c", 1))
-    await store.claim_documents(c.id, ["a", "b"], lease_token="L", lease_until=at(30), now=T0)
-    await store.claim_documents(c.id, ["c"], lease_token="M", lease_until=at(30), now=T0)
+    await store.claim_for_delivery(c.id, ["a", "b"], lease_token="L", lease_until=at(30), now=T0)
+    await store.claim_for_delivery(c.id, ["c"], lease_token="M", lease_until=at(30), now=T0)
 
     assert await store.extend_leases(c.id, "L", at(90)) == 2
     assert await store.extend_leases(c.id, "nobody", at(90)) == 0
@@ -1176,9 +1213,9 @@ async def test_release_expired_leases(store: Store) -> None:
     r2 = await start_run(store, c2.id)
     await commit(store, c1, r1, ("a", 1), ("b", 1), ("c", 1))
     await commit(store, c2, r2, ("a", 1))
-    await store.claim_documents(c1.id, ["a", "b"], lease_token="old", lease_until=at(10), now=T0)
-    await store.claim_documents(c1.id, ["c"], lease_token="new", lease_until=at(100), now=T0)
-    await store.claim_documents(c2.id, ["a"], lease_token="old2", lease_until=at(20), now=T0)
+    await store.claim_for_delivery(c1.id, ["a", "b"], lease_token="old", lease_until=at(10), now=T0)
+    await store.claim_for_delivery(c1.id, ["c"], lease_token="new", lease_until=at(100), now=T0)
+    await store.claim_for_delivery(c2.id, ["a"], lease_token="old2", lease_until=at(20), now=T0)
 
     assert await store.release_expired_leases(at(5)) == []
     released = await store.release_expired_leases(at(50))
@@ -1200,21 +1237,19 @@ async def test_release_expired_leases(store: Store) -> None:
     )
 
 
-async def test_fail_documents(store: Store) -> None:
+async def test_failed_documents_lose_their_lease_in_their_connector_only(store: Store) -> None:
     c = await add_connector(store)
     other = await add_connector(store)
     run_id = await start_run(store, c.id)
     other_run = await start_run(store, other.id)
     await commit(store, c, run_id, ("a", 1), ("b", 1), ("c", 1), ("d", 1))
     await commit(store, other, other_run, ("a", 1))
-    await store.claim_documents(c.id, ["b", "c"], lease_token="L", lease_until=at(60), now=T0)
+    await store.claim_for_delivery(c.id, ["b", "c"], lease_token="L", lease_until=at(60), now=T0)
     await store.finish_documents(c.id, "L", [("c", DocStatus.INDEXED, None)], now=at(1))
 
-    n = await store.fail_documents(
-        c.id, [DocStatus.PENDING, DocStatus.RUNNING], ABORTED_ERROR, now=at(2)
-    )
+    await fail_open_documents(store, c.id, now_s=2)
 
-    assert n == 3
+    assert (await store.document_counts(c.id))[DocStatus.FAILED] == 3
     assert await statuses(store, c.id) == {
         "a": DocStatus.FAILED,
         "b": DocStatus.FAILED,
@@ -1231,14 +1266,16 @@ async def test_fail_documents(store: Store) -> None:
     )
     assert await statuses(store, other.id) == {"a": DocStatus.PENDING}
     assert await store.pending_documents() == [(other.id, "a")]
-    assert await store.fail_documents(c.id, [DocStatus.PENDING], "x", now=at(3)) == 0
+    # Nothing pending or running is left: failing again writes no document.
+    await fail_open_documents(store, c.id, now_s=3, error="x")
+    assert await store.get_document(c.id, "b") == b
 
 
 async def test_requeue_documents(store: Store) -> None:
     c = await add_connector(store)
     run_id = await start_run(store, c.id)
-    await commit(store, c, run_id, ("a", 1), ("b", 1), ("c", 1), ("d", 1), ("e", 1))
-    await store.claim_documents(
+    await commit(store, c, run_id, ("a", 1), ("b", 1), ("c", 1), ("d", 1))
+    await store.claim_for_delivery(
         c.id, ["a", "b", "c", "d"], lease_token="L", lease_until=at(60), now=T0
     )
     await store.finish_documents(
@@ -1251,7 +1288,8 @@ async def test_requeue_documents(store: Store) -> None:
         ],
         now=at(1),
     )
-    await store.fail_documents(c.id, [DocStatus.RUNNING], ABORTED_ERROR, now=at(2))  # c
+    await fail_open_documents(store, c.id, now_s=2)  # c
+    await commit(store, c, run_id, ("e", 1), now_s=2)
 
     assert await store.requeue_documents(c.id, error=ABORTED_ERROR, now=at(3)) == ["c"]
     cdoc = await store.get_document(c.id, "c")
@@ -1510,7 +1548,7 @@ async def test_totals_count_every_connector_and_document(store: Store) -> None:
     for c in connectors:
         run_id = await start_run(store, c.id)
         await commit(store, c, run_id, ("p", 1), ("r", 1), ("i", 1), ("f", 1))
-        await store.claim_documents(
+        await store.claim_for_delivery(
             c.id, ["r", "i", "f"], lease_token="L", lease_until=at(60), now=T0
         )
         await store.finish_documents(

@@ -132,7 +132,7 @@ async def test_delete_unseen_at_once_drops_payloads(store: Store) -> None:
 
 async def test_delete_unseen_through_the_queue(store: Store) -> None:
     c, run_id, c2 = await crawled(store, indexed=False)
-    await store.claim_documents(c.id, ["c"], lease_token="L", lease_until=at(60), now=at(7))
+    await store.claim_for_delivery(c.id, ["c"], lease_token="L", lease_until=at(60), now=at(7))
     plan = PrunePlan(PruneAction.DELETE_UNSEEN, crawl_id=c2.id, run_id=run_id)
     _, _, result = await store.mutate_with_prune(c.id, keep([], plan), unseen_by=c2.id)
     assert (result.queued, result.deleted) == (("c", "d"), 0)
@@ -147,9 +147,11 @@ async def test_delete_unseen_through_the_queue(store: Store) -> None:
     _, _, again = await store.mutate_with_prune(c.id, keep(seen, plan3), unseen_by=c3.id)
     assert (seen, again.queued) == ([PruneCounts(live=4, unseen=0)], ())
 
-    claimed = await store.claim_documents(
-        c.id, ["c", "d"], lease_token="D", lease_until=at(60), now=at(11)
-    )
+    claimed = (
+        await store.claim_for_delivery(
+            c.id, ["c", "d"], lease_token="D", lease_until=at(60), now=at(11)
+        )
+    ).documents
     assert [(d.external_id, d.op) for d in claimed] == [("c", DocOp.DELETE), ("d", DocOp.DELETE)]
     done = await store.finish_documents(
         c.id, "D", [("c", DocStatus.DELETED, None), ("d", DocStatus.FAILED, "HTTP 500")], now=at(12)

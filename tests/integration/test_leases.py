@@ -11,13 +11,14 @@ from __future__ import annotations
 import asyncio
 import collections
 from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 from typing import Any
 
 import pytest
 from aiohttp import web
 
 from syncd.daemon import Daemon
-from syncd.models import DocStatus, Document, utcnow
+from syncd.models import DocStatus, Document, Transition, utcnow
 from tests.integration.conftest import DaemonFactory, http_source
 from tests.integration.sourceserver import SourceServer
 
@@ -234,8 +235,8 @@ async def test_renewal_cancels_indexing_of_documents_taken_away_elsewhere(
         await hook.wait(lambda h: sum(h.posts.values()) == 1)
         # An abort decided by another instance whose broadcast never arrived: only the
         # store knows. This instance's next lease renewal finds nothing held and stops.
-        await daemon.store.fail_documents(
-            cid, [DocStatus.PENDING, DocStatus.RUNNING], "Aborted", now=utcnow()
+        await daemon.store.mutate_connector(
+            cid, lambda c: Transition(replace(c, updated_at=utcnow())), fail_documents="Aborted"
         )
         await hook.wait(lambda h: h.gone == 1)
     counts = await daemon.document_counts(cid)

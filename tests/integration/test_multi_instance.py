@@ -29,7 +29,7 @@ from syncd.models import (
     Transition,
     utcnow,
 )
-from syncd.store import postgres_migrations as schema
+from syncd.store.postgres import migrations as schema
 from tests.integration.conftest import http_source
 from tests.integration.multi import (
     HoldingReceiver,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 
-from syncd.store import postgres_migrations
+from syncd.store.postgres import migrations as postgres_migrations
 
 RELEASED: dict[int, str] = {
     1: "f5aa348a493d5e24638e4de44f09dd7c0514a55f7f14855c545cf92da6d66377",

@@ -1,6 +1,6 @@
 """The SQLite store's schema: its versioned migrations and how they are recorded.
 
-Applied in order by :class:`~syncd.store.sqlite_conn.SQLiteDatabase` when it opens the file,
+Applied in order by :class:`~syncd.store.sqlite.connection.SQLiteDatabase` when it opens the file,
 under the database's write lock (two processes opening a new file migrate it once), each
 exactly once; the version applied is kept in ``PRAGMA user_version``. Never edit a released
 migration: a change to the schema is a new version.
@@ -239,7 +239,7 @@ MIGRATIONS: tuple[Migration, ...] = (
         ),
     ),
     # New documents are counted by the page commit that inserts them (the only statement
-    # that inserts documents: sqlite_sql.COUNT_INSERTED), in one statement per page: the
+    # that inserts documents: sql.COUNT_INSERTED), in one statement per page: the
     # insert trigger ran a program per document on the writer's thread, about 4 µs each,
     # which every claim and finish of the workers waited behind. Updates and deletes keep
     # their triggers.

@@ -1,17 +1,17 @@
 """The PostgreSQL store's schema: its versioned migrations and how they are recorded.
 
-Applied in order by :class:`~syncd.store.postgres_conn.PostgresDatabase` when it opens, under
+Applied in order by :class:`~syncd.store.postgres.connection.PostgresDatabase` when it opens, under
 a transaction-level advisory lock (several instances may start at once), each exactly once.
 Never edit a released migration (``tests/unit/test_postgres_migrations.py`` pins each one's
 text by its hash): a change to the schema is a new version. Migration 8 embeds the document
-counters' trigger function from :mod:`syncd.store.postgres_counters_sql`.
+counters' trigger function from :mod:`syncd.store.postgres.counters_sql`.
 """
 
 from __future__ import annotations
 
 from typing import Final
 
-from syncd.store import postgres_counters_sql as counters
+from syncd.store.postgres import counters_sql as counters
 
 MIGRATION_LOCK_KEY: Final = 0x73796E6364_01
 """Key of the transaction-level advisory lock held while migrations are applied."""

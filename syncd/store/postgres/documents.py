@@ -1,11 +1,7 @@
-"""The document verbs of the PostgreSQL store: a connector's documents read, listed and
-counted, the pending ones listed to rebuild the queue, the indexing workers' writes (claims
-under a lease, results, lease renewals and sweeps, failures, requeues), and the purge of
-tombstones.
-
-:class:`PostgresDocuments` is a base of :class:`~syncd.store.postgres.PostgresStore` and works
-on its database (:mod:`syncd.store.postgres_conn`); every statement lives in
-:mod:`syncd.store.postgres_sql`.
+"""The documents of the PostgreSQL store: a connector's documents read, listed and counted,
+the pending ones listed to rebuild the queue, the indexing workers' writes (claims under a
+lease, results, retries, lease renewals and sweeps, requeues), the purge of tombstones and the
+totals. Every statement lives in :mod:`syncd.store.postgres.sql`.
 """
 
 from __future__ import annotations
@@ -17,18 +13,18 @@ from typing import Any
 from syncd.errors import Fenced
 from syncd.models import ConnectorStatus, DocStatus, Document
 from syncd.store import codec
-from syncd.store import postgres_sql as sql
 from syncd.store.base import Claim
-from syncd.store.postgres_conn import PostgresDatabase, Record
+from syncd.store.postgres import sql
+from syncd.store.postgres.connection import PostgresDatabase, Record
 
 __all__ = ["PostgresDocuments"]
 
 
 class PostgresDocuments:
-    """The document verbs of :class:`~syncd.store.postgres.PostgresStore`,
-    one of its bases: they work on the database its constructor sets up (``_db``)."""
+    """The document verbs of the PostgreSQL store, on the database it is given."""
 
-    _db: PostgresDatabase
+    def __init__(self, db: PostgresDatabase) -> None:
+        self._db = db
 
     async def get_document(self, connector_id: str, external_id: str) -> Document | None:
         """The document with its payload, or ``None``."""
@@ -73,28 +69,6 @@ class PostgresDocuments:
             rows = await self._db.fetch_all(sql.PENDING_DOCUMENTS_AFTER, limit, *after)
         return [(row[0], row[1]) for row in rows]
 
-    async def claim_documents(
-        self,
-        connector_id: str,
-        external_ids: Sequence[str],
-        *,
-        lease_token: str,
-        lease_until: datetime,
-        now: datetime,
-        with_payload: bool = True,
-    ) -> list[Document]:
-        """``pending → running`` under a lease for those still pending; them, with their
-        payload unless ``with_payload`` is false."""
-        claim = await self.claim_for_delivery(
-            connector_id,
-            external_ids,
-            lease_token=lease_token,
-            lease_until=lease_until,
-            now=now,
-            with_payload=with_payload,
-        )
-        return claim.documents
-
     async def claim_for_delivery(
         self,
         connector_id: str,
@@ -105,7 +79,9 @@ class PostgresDocuments:
         now: datetime,
         with_payload: bool = True,
     ) -> Claim:
-        """:meth:`claim_documents` with the connector's stamp, read by the same statement."""
+        """``pending → running`` under a lease for those still pending; them, with their
+        payload unless ``with_payload`` is false, and the connector's stamp read by the same
+        statement."""
         if not external_ids:
             return Claim([], None)
         rows = await self._db.fetch_all(
@@ -178,21 +154,6 @@ class PostgresDocuments:
         rows = await self._db.fetch_all(sql.RELEASE_EXPIRED_LEASES, now)
         rows += await self._db.fetch_all(sql.RELEASE_DUE_RETRIES, now)
         return sorted((row[0], row[1]) for row in rows)
-
-    async def fail_documents(
-        self,
-        connector_id: str,
-        statuses: Sequence[DocStatus],
-        error: str,
-        *,
-        now: datetime,
-    ) -> int:
-        """Mark the connector's documents in ``statuses`` as ``failed`` with ``error``."""
-        if not statuses:
-            return 0
-        return await self._db.execute(
-            sql.FAIL_DOCUMENTS, connector_id, [s.value for s in statuses], error, now
-        )
 
     async def requeue_documents(
         self,

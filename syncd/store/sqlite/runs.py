@@ -1,10 +1,7 @@
-"""The writes of a running crawl on the SQLite store, fenced by its run id: each page
-committed (the checkpoint, the documents the page's plan writes, tombstones marked and the
-run's counts, in one transaction on the writer's thread) and the run's heartbeat.
-
-:class:`SQLiteRunWrites` is a base of :class:`~syncd.store.sqlite.SQLiteStore` and works on
-its database (:mod:`syncd.store.sqlite_conn`); every statement lives in
-:mod:`syncd.store.sqlite_sql`.
+"""The runs of the SQLite store: the writes of a running crawl, fenced by its run id (each
+page committed: the checkpoint, the documents the page's plan writes, tombstones marked and
+the run's counts, in one transaction on the writer's thread; the run's heartbeat), and the
+runs' history. Every statement lives in :mod:`syncd.store.sqlite.sql`.
 """
 
 from __future__ import annotations
@@ -15,20 +12,20 @@ from datetime import datetime
 from typing import Any
 
 from syncd.errors import Fenced
-from syncd.models import Crawl, DocOp, DocStatus, DocumentInput, Rejection, Waiting
+from syncd.models import Crawl, DocOp, DocStatus, DocumentInput, Rejection, Run, Waiting
 from syncd.rules import ExistingDocument, plan_page
-from syncd.store import sqlite_sql as sql
-from syncd.store.codec import dump_json, encode_dt, merge_rejections, payload_text
-from syncd.store.sqlite_conn import SQLiteDatabase
+from syncd.store.codec import dump_json, encode_dt, merge_rejections, payload_text, run_from_row
+from syncd.store.sqlite import sql
+from syncd.store.sqlite.connection import SQLiteDatabase
 
-__all__ = ["SQLiteRunWrites"]
+__all__ = ["SQLiteRuns"]
 
 
-class SQLiteRunWrites:
-    """The run writes of :class:`~syncd.store.sqlite.SQLiteStore`,
-    one of its bases: they work on the database its constructor sets up (``_db``)."""
+class SQLiteRuns:
+    """The run verbs of the SQLite store, on the database it is given."""
 
-    _db: SQLiteDatabase
+    def __init__(self, db: SQLiteDatabase) -> None:
+        self._db = db
 
     async def commit_page(
         self,
@@ -146,3 +143,22 @@ class SQLiteRunWrites:
             run_id,
         )
         return written == 1
+
+    # --- history -------------------------------------------------------------------------
+
+    async def get_run(self, run_id: str) -> Run | None:
+        """The run, or ``None``."""
+        row = await self._db.reader.fetch_one(sql.GET_RUN, run_id)
+        return None if row is None else run_from_row(row)
+
+    async def list_runs(
+        self, connector_id: str, *, limit: int = 100, before: str | None = None
+    ) -> list[Run]:
+        """A connector's runs, newest first, ids smaller than ``before``."""
+        if before is None:
+            rows = await self._db.reader.fetch_all(sql.LIST_RUNS, connector_id, limit)
+        else:
+            rows = await self._db.reader.fetch_all(
+                sql.LIST_RUNS_BEFORE, connector_id, before, limit
+            )
+        return [run_from_row(r) for r in rows]

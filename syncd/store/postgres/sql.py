@@ -1,8 +1,8 @@
 """Every query of the PostgreSQL store, each under a name.
 
-The schema's migrations live in :mod:`syncd.store.postgres_migrations`, the document
-counters' SQL in :mod:`syncd.store.postgres_counters_sql`; the counters' names the store uses
-are re-bound here, so that every query is read as ``postgres_sql.NAME``.
+The schema's migrations live in :mod:`syncd.store.postgres.migrations`, the document
+counters' SQL in :mod:`syncd.store.postgres.counters_sql`; the counters' names the store uses
+are re-bound here, so that every query is read as ``sql.NAME``.
 
 Column lists come from :mod:`syncd.store.codec`, whose converters build the parameters and
 read the rows. Identifiers that are compared and sorted (connector, run and external ids)
@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from typing import Final
 
-from syncd.store import postgres_counters_sql as counters
 from syncd.store.codec import CLAIM_COLUMNS, CONNECTOR_COLUMNS, DOCUMENT_COLUMNS, RUN_COLUMNS
+from syncd.store.postgres import counters_sql as counters
 
-# The document counters' SQL lives in postgres_counters_sql; the store reads these names
+# The document counters' SQL lives in counters_sql; the store reads these names
 # here (errors name a statement by its name in this module).
 COUNT_DELTAS_KEPT: Final = counters.COUNT_DELTAS_KEPT
 DOCUMENT_COUNTS: Final = counters.DOCUMENT_COUNTS
@@ -54,7 +54,7 @@ WHERE ($1::text IS NULL OR status = $1) AND ($2::text IS NULL OR id > $2)
 ORDER BY id
 LIMIT $3"""
 
-# With the connector's document counts (postgres_counters_sql).
+# With the connector's document counts (counters_sql).
 GET_CONNECTOR_COUNTED: Final = (
     f"SELECT {_CONNECTOR_COLUMNS}, {counters.COUNTS_OBJECT} FROM connectors WHERE id = $1"
 )
@@ -64,12 +64,6 @@ SELECT {_CONNECTOR_COLUMNS}, {counters.COUNTS_OBJECT} FROM connectors
 WHERE ($1::text IS NULL OR status = $1) AND ($2::text IS NULL OR id > $2)
 ORDER BY id
 LIMIT $3"""
-
-DUE_CONNECTORS: Final = f"""
-SELECT {_CONNECTOR_COLUMNS} FROM connectors
-WHERE next_run_at <= $1 AND status IN ('active', 'error')
-ORDER BY next_run_at, id
-LIMIT $2"""
 
 # What a tick may act on: due schedules and queued triggers (each side served by its index).
 _ADMISSIBLE: Final = """
@@ -572,7 +566,7 @@ RETURNING d.external_id"""
 PING: Final = "SELECT 1"
 
 # Metrics (syncd/observability/metrics.py): whole-store totals, one aggregate query each (the
-# document totals are in postgres_counters_sql).
+# document totals are in counters_sql).
 CONNECTOR_TOTALS: Final = """
 SELECT status, sync_status, count(*) AS n FROM connectors GROUP BY status, sync_status"""
 

@@ -1,6 +1,6 @@
 """The PostgreSQL plumbing under :class:`~syncd.store.postgres.PostgresStore`: an asyncpg pool,
-the migrations of :mod:`syncd.store.postgres_migrations` applied when it opens, and a handful
-of verbs over the named statements of :mod:`syncd.store.postgres_sql`.
+the migrations of :mod:`syncd.store.postgres.migrations` applied when it opens, and a handful
+of verbs over the named statements of :mod:`syncd.store.postgres.sql`.
 
 Reads that need no transaction and answer a client (the API's connector reads, the metrics'
 totals) go to :attr:`PostgresDatabase.reader`: a small pool of their own, so that they never
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Final, TypeAlias
 from urllib.parse import unquote, urlsplit
 
@@ -24,8 +24,8 @@ import orjson
 
 from syncd.errors import NameConflict, StoreError, StoreUnavailable
 from syncd.store import codec
-from syncd.store import postgres_migrations as schema
-from syncd.store import postgres_sql as sql
+from syncd.store.postgres import migrations as schema
+from syncd.store.postgres import sql
 
 __all__ = ["READ_POOL_SIZE", "PostgresDatabase", "PostgresReader", "PostgresTransaction", "Record"]
 
@@ -58,7 +58,7 @@ _DRIVER_ERRORS: tuple[type[Exception], ...] = (
     OSError,  # includes TimeoutError and ConnectionError
 )
 
-# What an error message calls a statement: its name in postgres_sql, e.g. "get connector".
+# What an error message calls a statement: its name in sql.py, e.g. "get connector".
 _STATEMENT_NAMES: Final = {
     text: name.lower().replace("_", " ")
     for name, text in vars(sql).items()
@@ -185,23 +185,29 @@ class PostgresTransaction:
 
 class PostgresReader:
     """The read verbs on the read pool's connections, each statement in autocommit. Only for
-    reads that need no transaction with a write."""
+    reads that need no transaction with a write. ``acquire`` takes a connection of the read
+    pool; ``translate`` turns the driver's errors into syncd's (both the database's)."""
 
-    __slots__ = ("_database",)
+    __slots__ = ("_acquire", "_translate")
 
-    def __init__(self, database: PostgresDatabase) -> None:
-        self._database = database
+    def __init__(
+        self,
+        acquire: Callable[[], asyncpg.pool.PoolAcquireContext[Record]],
+        translate: Callable[[str], contextlib.AbstractContextManager[None]],
+    ) -> None:
+        self._acquire = acquire
+        self._translate = translate
 
     async def fetch_one(self, query: str, *args: Any) -> Record | None:
         """The first row, or ``None``."""
-        with self._database._translate(_statement_name(query)):
-            async with self._database._acquire_reader() as conn:
+        with self._translate(_statement_name(query)):
+            async with self._acquire() as conn:
                 return await conn.fetchrow(query, *args)
 
     async def fetch_all(self, query: str, *args: Any) -> list[Record]:
         """Every row."""
-        with self._database._translate(_statement_name(query)):
-            async with self._database._acquire_reader() as conn:
+        with self._translate(_statement_name(query)):
+            async with self._acquire() as conn:
                 return await conn.fetch(query, *args)
 
 
@@ -245,7 +251,7 @@ class PostgresDatabase:
         self._password, self._target = _describe_dsn(dsn)
         self._pool: asyncpg.Pool[Record] | None = None
         self._read_pool: asyncpg.Pool[Record] | None = None
-        self.reader = PostgresReader(self)
+        self.reader = PostgresReader(self._acquire_reader, self._translate)
         """Read verbs on a pool of their own (see :class:`PostgresReader`)."""
 
     @property

@@ -1,11 +1,7 @@
-"""The embedded state store: one SQLite file (DESIGN.md §1).
-
-Each method is its domain steps over the verbs of :class:`SQLiteDatabase`
-(:mod:`syncd.store.sqlite_conn`: one connection in WAL mode, its lock, migrations and the
-translation of driver errors); every statement lives in :mod:`syncd.store.sqlite_sql`. This
-module holds the connectors (their state changes, the scheduler's claims, the prunes of their
-documents), the runs' history and the instances; a running crawl's writes are in
-:mod:`syncd.store.sqlite_run_writes`, the document verbs in :mod:`syncd.store.sqlite_documents`.
+"""The connectors of the SQLite store: created, read, listed with their counts, changed by
+the state rules (with their run rows, and the prunes of their documents), claimed in bulk by
+the scheduler, deleted; their secret state and their totals. Every statement lives in
+:mod:`syncd.store.sqlite.sql`.
 """
 
 from __future__ import annotations
@@ -13,11 +9,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 from datetime import datetime
-from pathlib import Path
 from typing import Any
-from urllib.parse import unquote
 
-from syncd.errors import ConfigError, NotFound
+from syncd.errors import NotFound
 from syncd.models import (
     Connector,
     ConnectorStatus,
@@ -26,80 +20,38 @@ from syncd.models import (
     PruneCounts,
     PrunePlan,
     PruneResult,
-    Run,
     SyncStatus,
     Transition,
 )
-from syncd.store import sqlite_sql as sql
-from syncd.store.base import InstanceBeat, PruneRule, StateRule
+from syncd.store.base import PruneRule, StateRule
 from syncd.store.claims import plan_claims
 from syncd.store.codec import (
     DecodedRows,
     claim_values,
     connector_from_row,
     connector_to_row,
-    decode_dt,
     dump_json,
     encode_dt,
     load_json,
-    run_from_row,
     status_counts,
 )
-from syncd.store.sqlite_conn import SQLiteDatabase, SQLiteSession
-from syncd.store.sqlite_documents import SQLiteDocuments
-from syncd.store.sqlite_run_writes import SQLiteRunWrites
+from syncd.store.sqlite import sql
+from syncd.store.sqlite.connection import SQLiteDatabase, SQLiteSession
 
-__all__ = ["SQLiteStore"]
+__all__ = ["SQLiteConnectors"]
 
 #: Largest page of connectors read on the event loop's thread (the API's default page + 1).
 QUICK_LIST_LIMIT = 101
 
 
-class SQLiteStore(SQLiteRunWrites, SQLiteDocuments):
-    """:class:`syncd.store.Store` on a SQLite file.
+class SQLiteConnectors:
+    """The connector verbs of the SQLite store, on the database it is given."""
 
-    ``path`` is a file path (its parent directory is created) or ``":memory:"``.
-    ``busy_timeout`` is how many seconds a write waits for another process's write lock.
-    """
-
-    def __init__(self, path: str | Path, *, busy_timeout: float = 10.0) -> None:
-        self._db = SQLiteDatabase(path, busy_timeout=busy_timeout)
+    def __init__(self, db: SQLiteDatabase) -> None:
+        self._db = db
         # The counted reads (the API's, the event stream's): unchanged rows decode once.
         self._counted_one = DecodedRows(_counted)
         self._counted_page = DecodedRows(_counted)
-
-    @classmethod
-    def from_url(cls, url: str, **options: Any) -> SQLiteStore:
-        """Build a store from ``sqlite:///relative/path.db`` (relative to the working
-        directory), ``sqlite:////absolute/path.db`` or ``sqlite:///:memory:``."""
-        prefix = "sqlite:///"
-        if not url.startswith(prefix) or len(url) == len(prefix) or "?" in url:
-            raise ConfigError(
-                "store.url",
-                f"expected sqlite:///relative/path.db or sqlite:////absolute/path.db, got {url!r}",
-            )
-        return cls(unquote(url[len(prefix) :]), **options)
-
-    @property
-    def path(self) -> str | Path:
-        """The database file (or ``":memory:"``)."""
-        return self._db.path
-
-    # --- lifecycle ----------------------------------------------------------------------
-
-    async def open(self) -> None:
-        """Connect, configure the connection and apply pending migrations (idempotent)."""
-        await self._db.open()
-
-    async def close(self) -> None:
-        """Close the connection (idempotent)."""
-        await self._db.close()
-
-    async def ping(self) -> None:
-        """Raise :class:`StoreError` unless the database answers."""
-        await self._db.fetch_all(sql.PING)
-
-    # --- connectors ---------------------------------------------------------------------
 
     async def create_connector(self, connector: Connector) -> Connector:
         """Insert a new connector; :class:`NameConflict` if the name is taken."""
@@ -267,12 +219,6 @@ class SQLiteStore(SQLiteRunWrites, SQLiteDocuments):
             await tx.execute(sql.DELETE_CONNECTOR_COUNTS, connector_id)
             await tx.execute(sql.DELETE_CONNECTOR, connector_id)
 
-    async def due_connectors(self, now: datetime, *, limit: int = 100) -> list[Connector]:
-        """Connectors with ``next_run_at <= now`` whose status is ``active`` or ``error``,
-        earliest first."""
-        rows = await self._db.fetch_all(sql.DUE_CONNECTORS, encode_dt(now), limit)
-        return [connector_from_row(r) for r in rows]
-
     async def count_admissible(self, now: datetime, *, limit: int) -> int:
         """Connectors due or queued at ``now``, at most ``limit``."""
         found = await self._db.reader.fetch_value(
@@ -317,49 +263,12 @@ class SQLiteStore(SQLiteRunWrites, SQLiteDocuments):
                 )
         return plan.results
 
-    # --- runs ---------------------------------------------------------------------------
-
-    async def get_run(self, run_id: str) -> Run | None:
-        """The run, or ``None``."""
-        row = await self._db.reader.fetch_one(sql.GET_RUN, run_id)
-        return None if row is None else run_from_row(row)
-
-    async def list_runs(
-        self, connector_id: str, *, limit: int = 100, before: str | None = None
-    ) -> list[Run]:
-        """A connector's runs, newest first, ids smaller than ``before``."""
-        if before is None:
-            rows = await self._db.reader.fetch_all(sql.LIST_RUNS, connector_id, limit)
-        else:
-            rows = await self._db.reader.fetch_all(
-                sql.LIST_RUNS_BEFORE, connector_id, before, limit
-            )
-        return [run_from_row(r) for r in rows]
-
-    # --- totals (metrics) ---------------------------------------------------------------
-
     async def connector_totals(self) -> dict[tuple[ConnectorStatus, SyncStatus], int]:
         """Connectors per ``(status, sync_status)`` (every pair present, zero if none)."""
         totals = {(s, y): 0 for s in ConnectorStatus for y in SyncStatus}
         for r in await self._db.reader.fetch_all(sql.CONNECTOR_TOTALS):
             totals[ConnectorStatus(r[0]), SyncStatus(r[1])] = int(r[2])
         return totals
-
-    # --- instances (GET /status) --------------------------------------------------------
-
-    async def heartbeat_instance(self, owner: str, info: Mapping[str, Any], now: datetime) -> None:
-        """Upsert the instance's heartbeat row."""
-        async with self._db.transaction() as tx:
-            await tx.execute(sql.HEARTBEAT_INSTANCE, owner, dump_json(dict(info)), encode_dt(now))
-
-    async def list_instances(self, since: datetime) -> list[InstanceBeat]:
-        """Instances whose heartbeat is newer than ``since``, by owner."""
-        rows = await self._db.reader.fetch_all(sql.LIST_INSTANCES, encode_dt(since))
-        return [
-            InstanceBeat(owner, load_json(info), heartbeat_at)
-            for owner, info, at in rows
-            if (heartbeat_at := decode_dt(at)) is not None  # always: a NOT NULL column
-        ]
 
     async def save_secret_state(
         self, connector_id: str, key: str, value: Mapping[str, Any] | None
@@ -375,11 +284,6 @@ class SQLiteStore(SQLiteRunWrites, SQLiteDocuments):
             else:
                 state[key] = dict(value)
             await tx.execute(sql.SET_SECRET_STATE, dump_json(state), connector_id)
-
-    async def remove_instance(self, owner: str) -> None:
-        """Delete the instance's heartbeat row."""
-        async with self._db.transaction() as tx:
-            await tx.execute(sql.REMOVE_INSTANCE, owner)
 
 
 def _claim_values(c: Connector) -> tuple[Any, ...]:

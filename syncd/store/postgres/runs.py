@@ -1,10 +1,7 @@
-"""The writes of a running crawl on the PostgreSQL store, fenced by its run id: each page
-committed (documents upserted, tombstones marked, the checkpoint and the run's counts, in one
-transaction) and the run's heartbeat.
-
-:class:`PostgresRunWrites` is a base of :class:`~syncd.store.postgres.PostgresStore` and works
-on its database (:mod:`syncd.store.postgres_conn`); every statement lives in
-:mod:`syncd.store.postgres_sql`.
+"""The runs of the PostgreSQL store: the writes of a running crawl, fenced by its run id (each
+page committed: documents upserted, tombstones marked, the checkpoint and the run's counts, in
+one transaction; the run's heartbeat), and the runs' history. Every statement lives in
+:mod:`syncd.store.postgres.sql`.
 """
 
 from __future__ import annotations
@@ -14,20 +11,20 @@ from datetime import datetime
 from typing import Any
 
 from syncd.errors import Fenced
-from syncd.models import Crawl, DocStatus, DocumentInput, Rejection, Waiting
+from syncd.models import Crawl, DocStatus, DocumentInput, Rejection, Run, Waiting
 from syncd.rules.documents import REQUEUE_ERROR, REQUEUE_STATUS
 from syncd.store import codec
-from syncd.store import postgres_sql as sql
-from syncd.store.postgres_conn import PostgresDatabase
+from syncd.store.postgres import sql
+from syncd.store.postgres.connection import PostgresDatabase, Record
 
-__all__ = ["PostgresRunWrites"]
+__all__ = ["PostgresRuns"]
 
 
-class PostgresRunWrites:
-    """The run writes of :class:`~syncd.store.postgres.PostgresStore`,
-    one of its bases: they work on the database its constructor sets up (``_db``)."""
+class PostgresRuns:
+    """The run verbs of the PostgreSQL store, on the database it is given."""
 
-    _db: PostgresDatabase
+    def __init__(self, db: PostgresDatabase) -> None:
+        self._db = db
 
     async def commit_page(
         self,
@@ -48,7 +45,7 @@ class PostgresRunWrites:
         """Upsert one page and checkpoint it in one transaction fenced by ``run_id``
         (:class:`Fenced` otherwise); the external ids to enqueue."""
         # Last one wins for duplicate ids; sorted so that concurrent writers lock rows in the
-        # same order (see postgres_sql).
+        # same order (see sql.py).
         latest = {doc.external_id: doc for doc in documents}
         ids = sorted(latest)
         crawl_id = crawl.id if crawl is not None else None
@@ -124,3 +121,21 @@ class PostgresRunWrites:
             None if waiting is None else waiting.until,
         )
         return written > 0
+
+    # --- history -------------------------------------------------------------------------
+
+    async def get_run(self, run_id: str) -> Run | None:
+        """The run, or ``None``."""
+        row = await self._db.reader.fetch_one(sql.GET_RUN, run_id)
+        return None if row is None else _run(row)
+
+    async def list_runs(
+        self, connector_id: str, *, limit: int = 100, before: str | None = None
+    ) -> list[Run]:
+        """A connector's runs, newest first, ids smaller than ``before``."""
+        rows = await self._db.reader.fetch_all(sql.LIST_RUNS, connector_id, before, limit)
+        return [_run(row) for row in rows]
+
+
+def _run(row: Record) -> Run:
+    return codec.run_from_row(row, dt=codec.identity)

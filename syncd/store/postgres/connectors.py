@@ -1,12 +1,7 @@
-"""The PostgreSQL state store, for production and several instances.
-
-Each method is its domain steps over the verbs of :class:`PostgresDatabase`
-(:mod:`syncd.store.postgres_conn`, which owns the pool, the migrations and the translation of
-driver errors); every statement lives in :mod:`syncd.store.postgres_sql`. This module holds
-the connectors (their state changes, the scheduler's claims, the prunes of their documents),
-the runs' history and the instances; a running crawl's writes are in
-:mod:`syncd.store.postgres_run_writes`, the document verbs in
-:mod:`syncd.store.postgres_documents`.
+"""The connectors of the PostgreSQL store: created, read, listed with their counts, changed by
+the state rules (with their run rows, and the prunes of their documents), claimed in bulk by
+the scheduler, deleted; their secret state and their totals. Every statement lives in
+:mod:`syncd.store.postgres.sql`.
 """
 
 from __future__ import annotations
@@ -24,76 +19,26 @@ from syncd.models import (
     PruneCounts,
     PrunePlan,
     PruneResult,
-    Run,
     SyncStatus,
     Transition,
 )
 from syncd.store import codec
-from syncd.store import postgres_sql as sql
-from syncd.store.base import InstanceBeat, PruneRule, StateRule
+from syncd.store.base import PruneRule, StateRule
 from syncd.store.claims import plan_claims
-from syncd.store.postgres_conn import PostgresDatabase, PostgresTransaction, Record
-from syncd.store.postgres_documents import PostgresDocuments
-from syncd.store.postgres_run_writes import PostgresRunWrites
+from syncd.store.postgres import sql
+from syncd.store.postgres.connection import PostgresDatabase, PostgresTransaction, Record
 
-__all__ = ["PostgresStore"]
+__all__ = ["PostgresConnectors"]
 
 
-class PostgresStore(PostgresRunWrites, PostgresDocuments):
-    """The :class:`~syncd.store.base.Store` on PostgreSQL, through an asyncpg pool.
+class PostgresConnectors:
+    """The connector verbs of the PostgreSQL store, on the database it is given."""
 
-    The options are those of :class:`~syncd.store.postgres_conn.PostgresDatabase`:
-    ``statement_cache_size=0`` for a transaction-mode pooler, and the session's
-    ``statement_timeout``, ``lock_timeout`` and ``idle_in_transaction_session_timeout`` in
-    seconds (``0`` disables one, ``None`` leaves the server's value alone).
-    """
-
-    def __init__(
-        self,
-        dsn: str,
-        *,
-        statement_cache_size: int | None = None,
-        min_size: int = 1,
-        max_size: int = 10,
-        statement_timeout: float | None = 30.0,
-        lock_timeout: float | None = 10.0,
-        idle_in_transaction_timeout: float | None = 60.0,
-        connect_timeout: float = 10.0,
-        application_name: str = "syncd",
-    ) -> None:
-        self._db = PostgresDatabase(
-            dsn,
-            statement_cache_size=statement_cache_size,
-            min_size=min_size,
-            max_size=max_size,
-            statement_timeout=statement_timeout,
-            lock_timeout=lock_timeout,
-            idle_in_transaction_timeout=idle_in_transaction_timeout,
-            connect_timeout=connect_timeout,
-            application_name=application_name,
-        )
+    def __init__(self, db: PostgresDatabase) -> None:
+        self._db = db
         # The counted reads (the API's, the event stream's): unchanged rows decode once.
         self._counted_one = codec.DecodedRows(_counted)
         self._counted_page = codec.DecodedRows(_counted)
-
-    def __repr__(self) -> str:
-        return f"PostgresStore({self._db.target!r})"
-
-    # --- lifecycle ----------------------------------------------------------------------
-
-    async def open(self) -> None:
-        """Create the pool and apply pending migrations under an advisory lock."""
-        await self._db.open()
-
-    async def close(self) -> None:
-        """Close the pool: wait a while for connections in use, then cut them."""
-        await self._db.close()
-
-    async def ping(self) -> None:
-        """Raise :class:`StoreError` unless PostgreSQL answers."""
-        await self._db.fetch_value(sql.PING)
-
-    # --- connectors ---------------------------------------------------------------------
 
     async def create_connector(self, connector: Connector) -> Connector:
         """Insert a new connector; :class:`NameConflict` if the name is taken."""
@@ -222,12 +167,6 @@ class PostgresStore(PostgresRunWrites, PostgresDocuments):
             await tx.execute(sql.DELETE_CONNECTOR_COUNTS, connector_id)
             await tx.execute(sql.DELETE_CONNECTOR, connector_id)
 
-    async def due_connectors(self, now: datetime, *, limit: int = 100) -> list[Connector]:
-        """Active or errored connectors with ``next_run_at <= now``, earliest first (an index
-        range scan on ``next_run_at``)."""
-        rows = await self._db.fetch_all(sql.DUE_CONNECTORS, now, limit)
-        return [_connector(row) for row in rows]
-
     async def count_admissible(self, now: datetime, *, limit: int) -> int:
         """Connectors due or queued at ``now``, at most ``limit``."""
         return int(await self._db.fetch_value(sql.COUNT_ADMISSIBLE, now, limit) or 0)
@@ -270,42 +209,12 @@ class PostgresStore(PostgresRunWrites, PostgresDocuments):
                 )
         return plan.results
 
-    # --- runs ---------------------------------------------------------------------------
-
-    async def get_run(self, run_id: str) -> Run | None:
-        """The run, or ``None``."""
-        row = await self._db.reader.fetch_one(sql.GET_RUN, run_id)
-        return None if row is None else _run(row)
-
-    async def list_runs(
-        self, connector_id: str, *, limit: int = 100, before: str | None = None
-    ) -> list[Run]:
-        """A connector's runs, newest first, ids smaller than ``before``."""
-        rows = await self._db.reader.fetch_all(sql.LIST_RUNS, connector_id, before, limit)
-        return [_run(row) for row in rows]
-
-    # --- totals (metrics) ---------------------------------------------------------------
-
     async def connector_totals(self) -> dict[tuple[ConnectorStatus, SyncStatus], int]:
         """Connectors per ``(status, sync_status)`` (every pair present)."""
         totals = {(s, y): 0 for s in ConnectorStatus for y in SyncStatus}
         for row in await self._db.reader.fetch_all(sql.CONNECTOR_TOTALS):
             totals[ConnectorStatus(row["status"]), SyncStatus(row["sync_status"])] = row["n"]
         return totals
-
-    # --- instances (GET /status) --------------------------------------------------------
-
-    async def heartbeat_instance(self, owner: str, info: Mapping[str, Any], now: datetime) -> None:
-        """Upsert the instance's heartbeat row."""
-        await self._db.execute(sql.HEARTBEAT_INSTANCE, owner, codec.dump_json(dict(info)), now)
-
-    async def list_instances(self, since: datetime) -> list[InstanceBeat]:
-        """Instances whose heartbeat is newer than ``since``, by owner."""
-        rows = await self._db.fetch_all(sql.LIST_INSTANCES, since)
-        return [
-            InstanceBeat(row["owner"], codec.load_json(row["info"]), row["heartbeat_at"])
-            for row in rows
-        ]
 
     async def save_secret_state(
         self, connector_id: str, key: str, value: Mapping[str, Any] | None
@@ -321,10 +230,6 @@ class PostgresStore(PostgresRunWrites, PostgresDocuments):
             else:
                 state[key] = dict(value)
             await tx.execute(sql.SET_SECRET_STATE, connector_id, state)
-
-    async def remove_instance(self, owner: str) -> None:
-        """Delete the instance's heartbeat row."""
-        await self._db.execute(sql.REMOVE_INSTANCE, owner)
 
 
 def _prune_lock(plan: PrunePlan | None, *, unmark: bool) -> tuple[str, list[Any]] | None:
@@ -378,7 +283,3 @@ def _counted(row: Record) -> tuple[Connector, dict[DocStatus, int]]:
 
 def _connector(row: Record) -> Connector:
     return codec.connector_from_row(row, dt=codec.identity, js=codec.identity)
-
-
-def _run(row: Record) -> Run:
-    return codec.run_from_row(row, dt=codec.identity)

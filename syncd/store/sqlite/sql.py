@@ -1,5 +1,5 @@
 """Every query of the SQLite store, each under a name (the schema's migrations live in
-:mod:`syncd.store.sqlite_migrations`).
+:mod:`syncd.store.sqlite.migrations`).
 
 Conventions: datetimes are fixed-width ISO-8601 UTC text (so ``<`` on text is ``<`` in time),
 JSON is text, enums are their string values. Lists of values travel as one JSON array
@@ -54,10 +54,6 @@ _COUNTS_OBJECT = (
 )
 GET_CONNECTOR_COUNTED = (
     f"SELECT {', '.join(CONNECTOR_COLUMNS)}, {_COUNTS_OBJECT} FROM connectors WHERE id = ?"
-)
-DUE_CONNECTORS = (
-    f"{_CONNECTOR_SELECT} WHERE next_run_at <= ? AND status IN ('active', 'error') "
-    "ORDER BY next_run_at, id LIMIT ?"
 )
 # What a tick may act on: due schedules and queued triggers, each served by its index. Its
 # age is the earlier of a due next_run_at and sync_queued_at: the order of admission.

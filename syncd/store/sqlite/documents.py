@@ -1,10 +1,7 @@
-"""The document verbs of the SQLite store: a connector's documents read, listed and counted,
-the pending ones listed to rebuild the queue, the indexing workers' writes (claims under a
-lease, results, lease renewals and sweeps, failures, requeues), and the purge of tombstones.
-
-:class:`SQLiteDocuments` is a base of :class:`~syncd.store.sqlite.SQLiteStore` and works on
-its database (:mod:`syncd.store.sqlite_conn`); every statement lives in
-:mod:`syncd.store.sqlite_sql`.
+"""The documents of the SQLite store: a connector's documents read, listed and counted, the
+pending ones listed to rebuild the queue, the indexing workers' writes (claims under a lease,
+results, retries, lease renewals and sweeps, requeues), the purge of tombstones and the
+totals. Every statement lives in :mod:`syncd.store.sqlite.sql`.
 """
 
 from __future__ import annotations
@@ -16,7 +13,6 @@ from typing import Any
 
 from syncd.errors import Fenced
 from syncd.models import ConnectorStatus, DocStatus, Document
-from syncd.store import sqlite_sql as sql
 from syncd.store.base import Claim
 from syncd.store.codec import (
     decode_dt,
@@ -25,7 +21,8 @@ from syncd.store.codec import (
     encode_dt,
     status_counts,
 )
-from syncd.store.sqlite_conn import SQLiteDatabase
+from syncd.store.sqlite import sql
+from syncd.store.sqlite.connection import SQLiteDatabase
 
 __all__ = ["SQLiteDocuments"]
 
@@ -33,10 +30,10 @@ _FINISHED = frozenset({DocStatus.INDEXED, DocStatus.FAILED, DocStatus.DELETED})
 
 
 class SQLiteDocuments:
-    """The document verbs of :class:`~syncd.store.sqlite.SQLiteStore`,
-    one of its bases: they work on the database its constructor sets up (``_db``)."""
+    """The document verbs of the SQLite store, on the database it is given."""
 
-    _db: SQLiteDatabase
+    def __init__(self, db: SQLiteDatabase) -> None:
+        self._db = db
 
     async def get_document(self, connector_id: str, external_id: str) -> Document | None:
         """The document with its payload, or ``None``."""
@@ -80,28 +77,6 @@ class SQLiteDocuments:
             rows = await self._db.fetch_all(sql.PENDING_DOCUMENTS_AFTER, *after, limit)
         return [(r[0], r[1]) for r in rows]
 
-    async def claim_documents(
-        self,
-        connector_id: str,
-        external_ids: Sequence[str],
-        *,
-        lease_token: str,
-        lease_until: datetime,
-        now: datetime,
-        with_payload: bool = True,
-    ) -> list[Document]:
-        """Compare-and-set ``pending → running`` under a lease; the claimed documents (with
-        their payload unless ``with_payload`` is false), in the order of ``external_ids``."""
-        claim = await self.claim_for_delivery(
-            connector_id,
-            external_ids,
-            lease_token=lease_token,
-            lease_until=lease_until,
-            now=now,
-            with_payload=with_payload,
-        )
-        return claim.documents
-
     async def claim_for_delivery(
         self,
         connector_id: str,
@@ -112,7 +87,9 @@ class SQLiteDocuments:
         now: datetime,
         with_payload: bool = True,
     ) -> Claim:
-        """:meth:`claim_documents` with the connector's stamp, read in the same transaction."""
+        """Compare-and-set ``pending → running`` under a lease; the claimed documents (with
+        their payload unless ``with_payload`` is false), in the order of ``external_ids``,
+        with the connector's stamp read in the same transaction."""
         if not external_ids:
             return Claim([], None)
         query = sql.CLAIM_DOCUMENTS if with_payload else sql.CLAIM_DOCUMENTS_NO_PAYLOAD
@@ -218,23 +195,6 @@ class SQLiteDocuments:
             rows = await tx.fetch_all(sql.RELEASE_EXPIRED_LEASES, at, at)
             rows += await tx.fetch_all(sql.RELEASE_DUE_RETRIES, at, at)
         return sorted((r[0], r[1]) for r in rows)
-
-    async def fail_documents(
-        self,
-        connector_id: str,
-        statuses: Sequence[DocStatus],
-        error: str,
-        *,
-        now: datetime,
-    ) -> int:
-        """Mark the connector's documents in ``statuses`` as ``failed`` with ``error``
-        (their leases are dropped, so a worker still indexing one cannot finish it)."""
-        if not statuses:
-            return 0
-        values = dump_json([s.value for s in statuses])
-        return await self._db.execute(
-            sql.FAIL_DOCUMENTS, error, encode_dt(now), values, connector_id
-        )
 
     async def requeue_documents(
         self,

@@ -1,8 +1,8 @@
 """The SQLite plumbing under :class:`~syncd.store.sqlite.SQLiteStore`: aiosqlite connections
-in WAL mode, the migrations of :mod:`syncd.store.sqlite_migrations` applied when it opens,
-and a handful of verbs over the named statements of :mod:`syncd.store.sqlite_sql`.
+in WAL mode, the migrations of :mod:`syncd.store.sqlite.migrations` applied when it opens,
+and a handful of verbs over the named statements of :mod:`syncd.store.sqlite.sql`.
 
-One connection writes, on a thread of its own (:class:`~syncd.store.sqlite_writer.Writer`).
+One connection writes, on a thread of its own (:class:`~syncd.store.sqlite.writer.Writer`).
 Writes are handed to it under an ``asyncio.Lock``: a statement, or a whole transaction
 (:meth:`SQLiteDatabase.run_transaction`), is queued on the thread in one trip and awaited
 after the lock is released, so the next write is queued while this one runs; a transaction
@@ -45,9 +45,9 @@ from typing import Any, TypeVar
 import aiosqlite
 
 from syncd.errors import NameConflict, StoreError, StoreUnavailable
-from syncd.store import sqlite_migrations as schema
-from syncd.store import sqlite_sql as sql
-from syncd.store.sqlite_writer import Writer, changed_rows, fetch_rows
+from syncd.store.sqlite import migrations as schema
+from syncd.store.sqlite import sql
+from syncd.store.sqlite.writer import Writer, changed_rows, fetch_rows
 
 __all__ = ["SQLiteDatabase", "SQLiteQuickReader", "SQLiteReader", "SQLiteSession"]
 
@@ -147,17 +147,25 @@ class SQLiteReader:
 
 class SQLiteQuickReader:
     """Reads bounded by a key or a small limit, run at once on the event loop's thread (see
-    the module's docstring); the threaded :class:`SQLiteReader` when the database is busy for
-    a reader, or is ``":memory:"``."""
+    the module's docstring) on the connection it is given (:meth:`attach`); ``fallback``, the
+    threaded :class:`SQLiteReader`, when the database is busy for a reader, or without a
+    connection (closed, or ``":memory:"``)."""
 
-    __slots__ = ("_database",)
+    __slots__ = ("_connection", "_fallback")
 
-    def __init__(self, database: SQLiteDatabase) -> None:
-        self._database = database
+    def __init__(self, fallback: SQLiteReader) -> None:
+        self._fallback = fallback
+        self._connection: sqlite3.Connection | None = None
+
+    def attach(self, connection: sqlite3.Connection | None) -> sqlite3.Connection | None:
+        """Read on ``connection`` from now on (``None``: every read goes to the fallback);
+        the connection it read on before, for the caller to close."""
+        previous, self._connection = self._connection, connection
+        return previous
 
     async def fetch_all(self, query: str, *args: Any, **named: Any) -> list[sqlite3.Row]:
         """Every row."""
-        db = self._database._quick_db
+        db = self._connection
         if db is not None:
             try:
                 return db.execute(query, named or args).fetchall()
@@ -168,7 +176,7 @@ class SQLiteQuickReader:
                     raise _store_error(exc) from exc
             except sqlite3.Error as exc:
                 raise _store_error(exc) from exc
-        return await self._database.reader.fetch_all(query, *args, **named)
+        return await self._fallback.fetch_all(query, *args, **named)
 
     async def fetch_one(self, query: str, *args: Any, **named: Any) -> sqlite3.Row | None:
         """The first row, or ``None``."""
@@ -211,8 +219,7 @@ class SQLiteDatabase:
         self._readers: list[aiosqlite.Connection] = []
         self.reader = SQLiteReader(self)
         """Read verbs on the read connections (see :class:`SQLiteReader`)."""
-        self._quick_db: sqlite3.Connection | None = None
-        self.quick = SQLiteQuickReader(self)
+        self.quick = SQLiteQuickReader(self.reader)
         """Bounded reads on the event loop's thread (see :class:`SQLiteQuickReader`)."""
 
     # --- lifecycle ----------------------------------------------------------------------
@@ -233,7 +240,7 @@ class SQLiteDatabase:
                 await db.close()
                 raise
             self._db = db
-            self._quick_db = quick
+            self.quick.attach(quick)
             if readers:
                 self._readers = readers
                 self._idle = asyncio.Queue()
@@ -244,7 +251,7 @@ class SQLiteDatabase:
         """Close the connections (idempotent)."""
         db, self._db = self._db, None
         readers, self._readers, self._idle = self._readers, [], None
-        quick, self._quick_db = self._quick_db, None
+        quick = self.quick.attach(None)
         if quick is not None:
             quick.close()
         with _translated():

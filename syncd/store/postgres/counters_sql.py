@@ -3,7 +3,7 @@
 Every statement that writes documents appends its net change per (connector, status) to
 ``document_count_deltas`` through a statement-level trigger (the function below); readers
 sum the deltas, and a write folds a connector's rows once they pile up. Migration 8 (in
-:mod:`syncd.store.postgres_migrations`) creates the table and triggers and embeds
+:mod:`syncd.store.postgres.migrations`) creates the table and triggers and embeds
 :data:`COUNT_FUNCTION`: a released migration never changes, so neither does that text (a
 later change to the function goes in a new migration).
 """
