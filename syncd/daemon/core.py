@@ -186,8 +186,8 @@ class Daemon(EmbeddingApi):
             await self.maintenance.resume_cascades()
             self.workers.start()
             spawn = self._supervisor.spawn
-            spawn("control-messages", self.control.listen)
-            spawn("events-notices", self.events.listen)
+            spawn("control-messages", self.control.apply_messages)
+            spawn("events-notices", self.events.take_notices)
             spawn("events", self.events.run)
             spawn("queue-lost", self.maintenance.watch_queue_loss)
             spawn("queue-rebuild", self.maintenance.rebuild_when_asked)

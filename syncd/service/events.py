@@ -223,7 +223,7 @@ class EventHub:
             return
         self._wake.set()
 
-    async def listen(self) -> None:
+    async def take_notices(self) -> None:
         """Run until the queue closes: take the change notices of the other instances."""
         async for message in self._queue.messages():
             self._apply_message(message)
