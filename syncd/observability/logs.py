@@ -206,8 +206,7 @@ def redact(text: str) -> str:
 def describe_error(
     exc: BaseException, *, plain: tuple[type[BaseException], ...] = (SyncdError,)
 ) -> str:
-    """An error as shown outside the process, redacted: never a secret. The one form of every
-    error text syncd stores, answers or logs about an exception.
+    """An error as shown outside the process, redacted: never a secret.
 
     Errors of the ``plain`` types (syncd's own, by default: stored on a run and its
     connector, answered by a preview) by their message, which says what failed; any other
