@@ -47,8 +47,7 @@ import aiohttp
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from sourceserver import SourceProcess
-from sync_throughput import (
+from common import (
     CpuMeter,
     describe_cpu,
     safe_dsn,
@@ -57,6 +56,7 @@ from sync_throughput import (
     throwaway_prefix,
     wait_for_source,
 )
+from sourceserver import SourceProcess
 
 from syncd.config import Config
 from syncd.daemon import Daemon

@@ -48,16 +48,16 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from queued_floor import read_ahead
-from sourceserver import SourceProcess
-from sync_throughput import (
+from common import (
     rate_line,
+    read_ahead,
     safe_dsn,
     source_body,
     throwaway_database,
     throwaway_prefix,
     wait_for_source,
 )
+from sourceserver import SourceProcess
 
 from syncd.config import Config
 from syncd.daemon import Daemon

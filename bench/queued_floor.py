@@ -59,7 +59,26 @@ import aiohttp
 import asyncpg
 import orjson
 import redis.asyncio as aioredis
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import (
+    CpuMeter,
+    checkpoint,
+    create_bare_schema,
+    proc_cpu,
+    read_ahead,
+    throwaway_database,
+    throwaway_prefix,
+    wait_for_source,
+    worker_shape,
+)
 from floor_queues import MemoryClaimQueue, RedisClaimQueue, self_check
+from sourceserver import SourceProcess
+
+from syncd.config.sections import WorkersConfig
+from syncd.daemon.heap import tune_collector
 
 T = TypeVar("T")
 Delivery = Literal["store", "queue"]
@@ -109,8 +128,8 @@ UPDATE documents SET status = 'indexed', indexed_at = ?1, updated_at = ?1,
 WHERE status = 'running' AND connector_id = 'bare'
     AND external_id IN (SELECT value FROM json_each(?2)) AND lease_token = ?3"""
 
-# The PostgreSQL table is sync_throughput's BARE_SCHEMA (syncd's shape); it is created by
-# the caller in its own schema name.
+# The PostgreSQL table is common.py's BARE_SCHEMA (syncd's shape); it is created by the
+# caller in its own schema name.
 PG_UPSERT = """
 INSERT INTO {schema}.documents AS d
     (connector_id, external_id, status, content_hash, payload, created_at, updated_at)
@@ -203,23 +222,6 @@ WHERE d.connector_id = 'bare' AND d.external_id = c.external_id
 RETURNING d.external_id"""
 SWEEP_EVERY = 1.0
 """Seconds between two sweeps of expired deliveries (a product's period; here none expire)."""
-
-
-async def read_ahead(
-    session: aiohttp.ClientSession, url: str, out: asyncio.Queue[list[dict[str, Any]] | None]
-) -> None:
-    """Read ahead: fetch every page into ``out`` (one page waiting at most), then None."""
-    cursor: str | None = None
-    while True:
-        params = {"cursor": cursor} if cursor else {}
-        async with session.get(url + "/items", params=params) as resp:
-            resp.raise_for_status()
-            body = orjson.loads(await resp.read())
-        await out.put(body["data"])
-        cursor = body.get("next_cursor")
-        if not cursor:
-            break
-    await out.put(None)
 
 
 def _rows(records: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
@@ -638,6 +640,24 @@ async def _postgres_queue_delivery(
         await queue.delete()
 
 
+async def postgres_floor(
+    args: argparse.Namespace,
+    url: str,
+    dsn: str,
+    prefix: str,
+    meter: CpuMeter,
+    cpu: dict[str, float],
+) -> tuple[int, float, float]:
+    """The PostgreSQL queued floor with syncd's worker shape, in schema ``floor`` of ``dsn``
+    (created here, before the CPU of the run is measured into ``cpu``)."""
+    concurrency, batch = worker_shape(args)
+    await create_bare_schema(dsn, "floor")
+    with meter.measure(cpu):
+        return await postgres_queued_floor(
+            url, dsn, args.redis_url, prefix, "floor", workers=concurrency, batch_size=batch
+        )
+
+
 # --- both floors side by side -----------------------------------------------------------------
 
 
@@ -654,15 +674,13 @@ class ServerCpu:
         self._thread = threading.Thread(target=self._run, name="floor-cpu", daemon=True)
 
     def _scan(self) -> dict[int, tuple[str, float]]:
-        from sync_throughput import _proc_cpu
-
         out = {}
         for entry in Path("/proc").glob("[0-9]*"):
             with contextlib.suppress(OSError):
                 comm = (entry / "comm").read_text().strip()
                 if comm == "postgres" or comm.startswith("redis-server"):
                     name = "postgres" if comm == "postgres" else "redis"
-                    out[int(entry.name)] = (name, _proc_cpu(int(entry.name)))
+                    out[int(entry.name)] = (name, proc_cpu(int(entry.name)))
         return out
 
     def _run(self) -> None:
@@ -701,8 +719,6 @@ async def _one_floor(
     args: Any, backend: str, delivery: Delivery, source_url: str, where: dict[str, str], run: int
 ) -> dict[str, float]:
     """One floor on a fresh table: rates, CPU µs per document, load average."""
-    from sync_throughput import checkpoint, create_bare_schema
-
     schema = f"floor_{delivery}_{run}"
     if backend == "postgres":
         await create_bare_schema(where["dsn"], schema)
@@ -764,9 +780,6 @@ async def _self_check(args: Any, where: dict[str, str]) -> None:
 
 async def _compare(args: Any, backend: str) -> None:
     """``--runs`` rounds of the floors of ``--delivery``, alternating which goes first."""
-    from sourceserver import SourceProcess
-    from sync_throughput import throwaway_database, throwaway_prefix, wait_for_source
-
     pair = "PostgreSQL + Redis" if backend == "postgres" else "SQLite + memory://"
     print(
         f"\n== {pair}: {args.records} records of ~1 KB in pages of {args.page_size}, "
@@ -829,10 +842,6 @@ async def _compare(args: Any, backend: str) -> None:
 
 def main() -> None:
     """Both floors side by side, medians of ``--runs``."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from syncd.config.sections import WorkersConfig
-    from syncd.daemon.heap import tune_collector
-
     defaults = WorkersConfig()
     parser = argparse.ArgumentParser(description=main.__doc__)
     parser.add_argument("--backend", choices=("sqlite", "postgres", "both"), default="both")

@@ -28,21 +28,20 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from queued_floor import sqlite_queued_floor
-from sourceserver import SourceProcess
-from sync_throughput import (
+from common import (
     INDEXER,
     CpuMeter,
     checkpoint,
     embedded_config,
     postgres_config,
-    postgres_floor,
     syncd_run,
     throwaway_database,
     throwaway_prefix,
     wait_for_source,
     worker_shape,
 )
+from queued_floor import postgres_floor, sqlite_queued_floor
+from sourceserver import SourceProcess
 
 from syncd.daemon import Daemon
 from syncd.daemon.heap import tune_collector

@@ -61,8 +61,8 @@ import redis.asyncio as aioredis
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from common import safe_dsn, source_body, wait_for_source, with_database
 from sourceserver import SourceProcess
-from sync_throughput import safe_dsn, source_body, wait_for_source, with_database
 
 ROOT = Path(__file__).resolve().parent.parent  # the syncd each instance runs
 _TICK = os.sysconf("SC_CLK_TCK")

@@ -1,8 +1,9 @@
 """Handlers of the control API and the one table that lists them (DESIGN.md §3).
 
-Handlers are thin: parse the request, call one daemon operation, map the result to a status
-code and a body. Errors the daemon raises (``NotFound``, ``Conflict``, ...) are turned into
-responses by the application's error middleware.
+Handlers are thin: parse the request, call one operation of the connector service (or of the
+daemon's :class:`System`), map the result to a status code and a body. Errors the operations
+raise (``NotFound``, ``Conflict``, ...) are turned into responses by the application's error
+middleware.
 """
 
 from __future__ import annotations
@@ -85,10 +86,10 @@ async def list_connectors(request: web.Request) -> web.Response:
         limit_param(request),
         cursor_param(request),
     )
-    daemon = service_of(request)
+    service = service_of(request)
     # The page and every listed connector's counts in one store read.
     rows, next_cursor = await listing(
-        daemon.list_connectors_with_counts(status=status, limit=limit, cursor=cursor)
+        service.list_connectors_with_counts(status=status, limit=limit, cursor=cursor)
     )
     # The text json_response would write, encoded for less CPU (views.connector_text).
     data = [views.connector_text(c, counts) for c, counts in rows]

@@ -17,11 +17,12 @@ from aiohttp import web
 
 from syncd.config.listen import (
     LISTEN_KEY,
+    ApiAddress,
     TcpAddress,
     UnixAddress,
     check_exposure,
-    explain_listen_error,
-    parse_listen,
+    explain_address_error,
+    parse_address,
 )
 from syncd.errors import ConfigError
 
@@ -42,10 +43,10 @@ async def start_api(
 ) -> web.AppRunner:
     """Serve ``app`` and return its started runner (``await runner.cleanup()`` stops it).
 
-    ``listen`` is parsed by :func:`syncd.config.listen.parse_listen`: ``host:port`` (``[::1]:8765``
-    for IPv6, ``:8765`` for every interface; port 0 picks a free port, read it back from
-    ``runner.addresses``) or ``unix:/path`` (a stale socket file is replaced; the
-    socket is created with mode 0600). A pre-bound ``sock`` (socket activation) takes
+    ``listen`` is the ``api.listen`` text, parsed by :func:`syncd.config.listen.parse_address`:
+    ``host:port`` (``[::1]:8765`` for IPv6, ``:8765`` for every interface; port 0 picks a free
+    port, read it back from ``runner.addresses``) or ``unix:/path`` (a stale socket file is
+    replaced; the socket is created with mode 0600). A pre-bound ``sock`` (socket activation) takes
     precedence over ``listen``; ``socks`` serves several (systemd may pass a TCP and a unix
     socket), one site each, on one runner. Without ``token``, only loopback addresses and
     unix sockets are accepted (:func:`syncd.config.listen.check_exposure`): anything else raises
@@ -73,16 +74,16 @@ async def start_api(
     return await _serve(app, lambda runner: web.TCPSite(runner, host, address.port))
 
 
-def _parse(listen: str) -> TcpAddress | UnixAddress:
+def _parse(listen: str) -> ApiAddress:
     try:
-        return parse_listen(listen)
+        return parse_address(listen)
     except ValueError as exc:
-        problem = f"expected {explain_listen_error(exc)}, got {listen!r}"
+        problem = f"expected {explain_address_error(exc)}, got {listen!r}"
         raise ConfigError(LISTEN_KEY, problem) from None
 
 
-def _socket_address(sock: socket.socket) -> TcpAddress | UnixAddress:
-    """Where a socket handed over (systemd) is bound, as a listen address."""
+def _socket_address(sock: socket.socket) -> ApiAddress:
+    """Where a socket handed over (systemd) is bound, as an address."""
     if sock.family in (socket.AF_INET, socket.AF_INET6):
         host, port = sock.getsockname()[:2]
         return TcpAddress(str(host), int(port))

@@ -137,9 +137,15 @@ def connector_text(connector: Connector, counts: Mapping[DocStatus, int]) -> str
     every page of a run. The rest is encoded as two objects, spliced around them.
     """
     c = connector
-    # The store answers an unchanged row with the same objects (codec.DecodedRows): their
-    # text is then the text of last time. The entry holds both objects, so their ids cannot
-    # be reused by others while it exists.
+    # The rule: an entry answers the very objects it was made from (`is`), never equal ones.
+    # Equal is not the same text: `==` ignores key order and takes 1, 1.0 and True for one
+    # another, which the text does not (tests/unit/test_connector_text.py), and an exact
+    # comparison would cost about what encoding does. The objects are read-only (a frozen
+    # Connector, the counts the store answered), so the same objects write the same text:
+    # the identity is a version. Hits come from the store answering an unchanged row with
+    # the objects it answered before (codec.DecodedRows), which the same test file checks;
+    # objects built afresh only miss. The entry holds both objects, so their ids cannot be
+    # reused by others while it exists.
     known = _connector_texts.get(id(c))
     if known is not None and known[0] is c and known[1] is counts:
         return known[2]

@@ -17,7 +17,7 @@ from urllib.parse import quote
 import aiohttp
 from yarl import URL
 
-from syncd.config.listen import UnixAddress, parse_listen
+from syncd.config.listen import UnixAddress, parse_address
 from syncd.errors import SyncdError
 
 __all__ = ["ApiError", "Client", "DaemonUnreachable", "url_from_listen"]
@@ -52,7 +52,7 @@ def url_from_listen(listen: str) -> str:
     ``unix:/path`` stays as is; a wildcard host (none, ``0.0.0.0``, ``::``) is reached through
     the matching loopback address.
     """
-    address = parse_listen(listen)
+    address = parse_address(listen)
     if isinstance(address, UnixAddress):
         return f"unix:{address.path}"
     host = {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "::1"}.get(address.host, address.host)

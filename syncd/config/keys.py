@@ -11,7 +11,7 @@ from typing import Any
 
 from yarl import URL
 
-from syncd.config.listen import LISTEN_SHAPE, explain_listen_error, parse_listen
+from syncd.config.listen import ADDRESS_SHAPE, explain_address_error, parse_address
 from syncd.config.sections import HostBudget
 from syncd.errors import ConfigError
 from syncd.observability.logs import mask_url_passwords
@@ -143,11 +143,11 @@ def _status_list_from_text(text: str) -> object:
 
 def _listen_check(value: Any) -> str:
     if not isinstance(value, str):
-        raise _Invalid(LISTEN_SHAPE)
+        raise _Invalid(ADDRESS_SHAPE)
     try:
-        parse_listen(value)
+        parse_address(value)
     except ValueError as exc:
-        raise _Invalid(explain_listen_error(exc)) from None
+        raise _Invalid(explain_address_error(exc)) from None
     return value
 
 

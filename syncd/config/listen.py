@@ -1,8 +1,8 @@
-"""Listen addresses of the control API: how ``api.listen`` is parsed, and which addresses
-may be served without a token.
+"""The control API's address (:data:`ApiAddress`): how the ``api.listen`` key is parsed into
+one, and which addresses may be served without a token.
 
 The one home of both rules: the configuration validates ``api.listen`` with them at load
-time and the API server applies them again when it binds (it may be given a listen string or
+time and the API server applies them again when it binds (it may be given an address text or
 a socket that never went through the configuration), so the two cannot disagree.
 
 - ``host:port``, ``[v6]:port`` or ``unix:/path``; port 0 picks a free port.
@@ -21,24 +21,24 @@ from dataclasses import dataclass
 from syncd.errors import ConfigError
 
 __all__ = [
+    "ADDRESS_SHAPE",
     "LISTEN_KEY",
-    "LISTEN_SHAPE",
     "UNIX_PREFIX",
-    "ListenAddress",
+    "ApiAddress",
     "TcpAddress",
     "UnixAddress",
     "check_exposure",
-    "explain_listen_error",
-    "format_listen",
+    "explain_address_error",
+    "format_address",
     "is_loopback",
     "is_loopback_host",
-    "parse_listen",
+    "parse_address",
 ]
 
 LISTEN_KEY = "api.listen"
-"""The configuration key errors about the listen address are reported under."""
+"""The configuration key errors about the API's address are reported under."""
 
-LISTEN_SHAPE = "host:port, [ipv6]:port or unix:/path"
+ADDRESS_SHAPE = "host:port, [ipv6]:port or unix:/path"
 """The accepted forms, as error messages spell them (``:port`` is a ``host:port``)."""
 
 UNIX_PREFIX = "unix:"
@@ -46,7 +46,7 @@ UNIX_PREFIX = "unix:"
 
 @dataclass(frozen=True)
 class TcpAddress:
-    """A ``host:port`` listen address (``port`` 0 picks a free port; ``host`` empty means
+    """A ``host:port`` address (``port`` 0 picks a free port; ``host`` empty means
     every interface)."""
 
     host: str
@@ -60,26 +60,27 @@ class TcpAddress:
 
 @dataclass(frozen=True)
 class UnixAddress:
-    """A ``unix:/path`` listen address."""
+    """A ``unix:/path`` address."""
 
     path: str
 
 
-ListenAddress = TcpAddress | UnixAddress
+ApiAddress = TcpAddress | UnixAddress
+"""Where the control API is served: the ``api.listen`` key, parsed."""
 
 
-def parse_listen(value: str) -> ListenAddress:
+def parse_address(value: str) -> ApiAddress:
     """Parse ``host:port``, ``:port``, ``[v6]:port`` or ``unix:/path``; ``ValueError`` when
     malformed (the message says what is wrong)."""
     if value.startswith(UNIX_PREFIX):
         sock = value.removeprefix(UNIX_PREFIX)
         if not sock or "\0" in sock:
-            raise ValueError(f"expected {LISTEN_SHAPE}: the socket path is empty")
+            raise ValueError(f"expected {ADDRESS_SHAPE}: the socket path is empty")
         return UnixAddress(sock)
     if value.startswith("["):
         host, sep, rest = value[1:].partition("]")
         if not sep or not rest.startswith(":"):
-            raise ValueError(f"expected {LISTEN_SHAPE}")
+            raise ValueError(f"expected {ADDRESS_SHAPE}")
         try:
             ipaddress.IPv6Address(host)
         except ValueError:
@@ -88,7 +89,7 @@ def parse_listen(value: str) -> ListenAddress:
     else:
         host, sep, port_text = value.rpartition(":")
         if not sep:
-            raise ValueError(f"expected {LISTEN_SHAPE}")
+            raise ValueError(f"expected {ADDRESS_SHAPE}")
         if ":" in host:
             raise ValueError("an IPv6 address must be written in brackets: [::1]:8765")
         if any(ch.isspace() or ch in "/@[]" for ch in host):
@@ -99,15 +100,15 @@ def parse_listen(value: str) -> ListenAddress:
     return TcpAddress(host, int(port_text))
 
 
-def explain_listen_error(error: ValueError) -> str:
-    """What a listen address should look like, with the reason :func:`parse_listen` gave
+def explain_address_error(error: ValueError) -> str:
+    """What an address should look like, with the reason :func:`parse_address` gave
     in ``error``: the text after "expected" in an error message."""
-    detail = str(error).removeprefix(f"expected {LISTEN_SHAPE}").removeprefix(": ")
-    return f"{LISTEN_SHAPE} ({detail})" if detail else LISTEN_SHAPE
+    detail = str(error).removeprefix(f"expected {ADDRESS_SHAPE}").removeprefix(": ")
+    return f"{ADDRESS_SHAPE} ({detail})" if detail else ADDRESS_SHAPE
 
 
-def format_listen(address: ListenAddress) -> str:
-    """``address`` written back as :func:`parse_listen` reads it."""
+def format_address(address: ApiAddress) -> str:
+    """``address`` written back as :func:`parse_address` reads it."""
     if isinstance(address, UnixAddress):
         return f"{UNIX_PREFIX}{address.path}"
     host = f"[{address.host}]" if ":" in address.host else address.host
@@ -125,18 +126,18 @@ def is_loopback_host(host: str) -> bool:
         return False
 
 
-def is_loopback(address: ListenAddress) -> bool:
+def is_loopback(address: ApiAddress) -> bool:
     """Whether only this machine can reach ``address`` (a unix socket or a loopback host)."""
     return isinstance(address, UnixAddress) or is_loopback_host(address.host)
 
 
-def check_exposure(address: ListenAddress, token: str | None, *, key: str = LISTEN_KEY) -> None:
+def check_exposure(address: ApiAddress, token: str | None, *, key: str = LISTEN_KEY) -> None:
     """Raise :class:`ConfigError` (under ``key``) when ``address`` is reachable from other
     machines and no ``token`` is set: the API refuses to listen there without one."""
     if token or is_loopback(address):
         return
     assert isinstance(address, TcpAddress)  # unix sockets are always "loopback"
-    where = repr(format_listen(address))
+    where = repr(format_address(address))
     if address.every_interface:
         where += " (every interface)"
     raise ConfigError(

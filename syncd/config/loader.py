@@ -31,7 +31,7 @@ from syncd.config.keys import (
     shown_value,
     token_ok,
 )
-from syncd.config.listen import check_exposure, parse_listen
+from syncd.config.listen import check_exposure, parse_address
 from syncd.config.sections import (
     ApiConfig,
     DaemonConfig,
@@ -129,7 +129,7 @@ class _Builder:
         if token is None:
             listen = api.get("listen", ApiConfig.listen)
             key = self.origin.get(("api", "listen"), "api.listen")
-            check_exposure(parse_listen(listen), None, key=key)
+            check_exposure(parse_address(listen), None, key=key)
         v = self.values
         return Config(
             store=StoreConfig(**v["store"]),

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from syncd.config.listen import TcpAddress, UnixAddress, parse_listen
+from syncd.config.listen import ApiAddress, parse_address
 from syncd.models import DEFAULT_PAGINATOR, PaginatorSettings
 
 
@@ -42,9 +42,9 @@ class ApiConfig:
     public_health: bool = False
 
     @property
-    def address(self) -> TcpAddress | UnixAddress:
+    def address(self) -> ApiAddress:
         """``listen`` parsed (raises ``ValueError`` when malformed)."""
-        return parse_listen(self.listen)
+        return parse_address(self.listen)
 
 
 @dataclass(frozen=True)

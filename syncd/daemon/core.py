@@ -31,6 +31,7 @@ from syncd.api import build_app, start_api, views
 from syncd.config.loader import Config
 from syncd.daemon.embedding import EmbeddingApi
 from syncd.daemon.instances import Instances
+from syncd.daemon.metrics_poller import refresh_forever
 from syncd.daemon.readiness import Readiness
 from syncd.daemon.transport import daemon_transport
 from syncd.http.budget import HostBudgets
@@ -41,7 +42,7 @@ from syncd.indexers.pgpool import PostgresPools
 from syncd.indexing.maintenance import Maintenance
 from syncd.indexing.workers import Workers
 from syncd.models import new_id, utcnow
-from syncd.observability.metrics import Metrics, refresh_forever, watch_loop_lag
+from syncd.observability.metrics import Metrics, watch_loop_lag
 from syncd.pipeline.admission import Admission
 from syncd.pipeline.builder import SourceBuilder
 from syncd.pipeline.engine import SyncEngine
@@ -185,8 +186,8 @@ class Daemon(EmbeddingApi):
             await self.maintenance.resume_cascades()
             self.workers.start()
             spawn = self._supervisor.spawn
-            spawn("control-messages", self.control.listen)
-            spawn("events-notices", self.events.listen)
+            spawn("control-messages", self.control.apply_messages)
+            spawn("events-notices", self.events.take_notices)
             spawn("events", self.events.run)
             spawn("queue-lost", self.maintenance.watch_queue_loss)
             spawn("queue-rebuild", self.maintenance.rebuild_when_asked)

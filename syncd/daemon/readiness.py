@@ -95,8 +95,7 @@ class Readiness:
         except TimeoutError:
             answer = f"no answer within {self._timeout:g} s"
         except Exception as exc:  # whatever a probe raises is what readiness reports
-            plain = isinstance(exc, SyncdError | OSError)
-            answer = (str(exc) or type(exc).__name__) if plain else describe_error(exc)
+            answer = describe_error(exc, plain=(SyncdError, OSError))
         finally:
             state.started_at = None
         state.answer = answer

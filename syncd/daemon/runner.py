@@ -29,8 +29,8 @@ from syncd.daemon import systemd
 from syncd.daemon.core import Daemon
 from syncd.daemon.heap import tune_collector
 from syncd.errors import ConfigError, SyncdError
-from syncd.observability.logs import configure_logging, register_secret
-from syncd.runtime.tasks import Supervisor, describe
+from syncd.observability.logs import configure_logging, describe_error, register_secret
+from syncd.runtime.tasks import Supervisor
 
 log = structlog.get_logger("syncd.daemon.runner")
 
@@ -110,7 +110,7 @@ async def run_service(config: Config) -> int:
     failures: list[str] = []
 
     def on_fatal(name: str, exc: BaseException) -> None:
-        fail(f"{name}: {describe(exc)}")
+        fail(f"{name}: {describe_error(exc, plain=())}")
 
     def fail(reason: str) -> None:
         failures.append(reason)

@@ -44,7 +44,6 @@ __all__ = [
     "describe_error",
     "mask_url_passwords",
     "redact",
-    "redact_text",
     "register_secret",
     "set_level",
     "unregister_secret",
@@ -204,17 +203,24 @@ def redact(text: str) -> str:
     return _DEFAULT_REDACTOR.redact(text)
 
 
-def describe_error(exc: BaseException) -> str:
-    """An error as shown outside the process (stored on a run and its connector, answered by
-    a preview): syncd's own errors by their message, any other with its type's name too;
-    redacted, never a secret."""
-    text = str(exc) or type(exc).__name__
-    return redact(text if isinstance(exc, SyncdError) else f"{type(exc).__name__}: {text}")
+def describe_error(
+    exc: BaseException, *, plain: tuple[type[BaseException], ...] = (SyncdError,)
+) -> str:
+    """An error as shown outside the process, redacted: never a secret.
 
-
-def redact_text(text: str) -> str:
-    """Same as :func:`redact` (the older name)."""
-    return _DEFAULT_REDACTOR.redact(text)
+    Errors of the ``plain`` types (syncd's own, by default: stored on a run and its
+    connector, answered by a preview) by their message, which says what failed; any other
+    with its type's name in front, which a bare message (a ``KeyError``'s ``'id'``) lacks.
+    ``plain=()`` names every error's type (a side task's failure in the log and
+    ``/readyz``). A message-less error shows its type's name in place of the message (alone
+    with ``plain=()``)."""
+    name = type(exc).__name__
+    text = str(exc)
+    if isinstance(exc, plain):
+        return redact(text or name)
+    if not text and not plain:
+        return redact(name)
+    return redact(f"{name}: {text or name}")
 
 
 class Redactor:

@@ -3,13 +3,12 @@
 Each :class:`Metrics` owns its own :class:`~prometheus_client.CollectorRegistry`, so several
 daemons embedded in one process (or one test session) never clash over metric names.
 
-The number of series does not grow with the number of connectors: the store figures are
-totals from one aggregate query each (:meth:`Store.document_totals`,
-:meth:`Store.connector_totals`) and the queue depth is one total. The only series labelled
-by connector, the last successful sync of each, exist only with ``[metrics] per_connector``.
-No ``_created`` series are exported (they double the series of every counter and histogram
-and say nothing an alert needs); the filter is this registry's own, so that an application
-embedding syncd keeps its own metrics as they are.
+The number of series does not grow with the number of connectors: the store and queue
+gauges are totals, which the daemon polls (:mod:`syncd.daemon.metrics_poller`). The only
+series labelled by connector, the last successful sync of each, exist only with
+``[metrics] per_connector``. No ``_created`` series are exported (they double the series of
+every counter and histogram and say nothing an alert needs); the filter is this registry's
+own, so that an application embedding syncd keeps its own metrics as they are.
 """
 
 from __future__ import annotations
@@ -21,17 +20,11 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from importlib import metadata
 
-import structlog
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.metrics_core import Metric
 
-from syncd.errors import SyncdError
 from syncd.models import ConnectorStatus, DocStatus, RunOutcome, RunTrigger, SyncStatus, WaitReason
-from syncd.queue.base import WorkQueue
-from syncd.store.base import Store
-
-log = structlog.get_logger("syncd.observability.metrics")
 
 __all__ = [
     "API_LATENCY_BUCKETS",
@@ -39,8 +32,6 @@ __all__ = [
     "RUN_DURATION_BUCKETS",
     "Metrics",
     "observer",
-    "refresh",
-    "refresh_forever",
     "watch_loop_lag",
 ]
 
@@ -55,8 +46,6 @@ LOOP_LAG_INTERVAL_SECONDS = 0.1
 #: ``syncd_event_loop_lag_seconds`` is the worst sample of this many seconds, so that a
 #: scrape sees a stall that ended since the previous scrape (at the usual 10-15 s intervals).
 LOOP_LAG_WINDOW_SECONDS = 15.0
-#: Connectors read per store call when the per-connector series are refreshed.
-_CONNECTOR_PAGE = 1000
 
 
 class Metrics:
@@ -65,8 +54,9 @@ class Metrics:
     Counters and histograms are updated where things happen (``metrics.pages.inc()``,
     ``metrics.records_rejected.inc(n)``, ``metrics.documents_deleted.inc(n)``); runs report
     their start and end (:meth:`run_started`, :meth:`run_ended`); the store and queue gauges
-    are snapshots that :func:`refresh` takes. Label combinations known in advance are
-    created at zero so that ``rate()`` works from the first scrape.
+    are snapshots the daemon's poller sets (:func:`syncd.daemon.metrics_poller.refresh`).
+    Label combinations known in advance are created at zero so that ``rate()`` works from
+    the first scrape.
     """
 
     registry: CollectorRegistry
@@ -338,62 +328,6 @@ def _version() -> str:
         return metadata.version("syncd")
     except metadata.PackageNotFoundError:  # a source tree that is not installed
         return "0"
-
-
-#: Seconds between two refreshes of the gauges read from the store and the queue.
-REFRESH_SECONDS = 5.0
-
-
-async def refresh(metrics: Metrics, store: Store, queue: WorkQueue) -> None:
-    """Refresh the store and queue gauges once: one aggregate query for the documents, one
-    for the connectors, one call for the queue depth (and, with ``per_connector``, a walk
-    over every connector). The store and the queue are refreshed independently: one being
-    down leaves only its own figures as they were. Raises the first failure."""
-    failure: Exception | None = None
-    try:
-        documents = await store.document_totals()
-        connectors = await store.connector_totals()
-        metrics.set_document_counts(documents)
-        metrics.set_connector_counts(connectors)
-        if metrics.per_connector:
-            metrics.set_last_successes(await _last_successes(store))
-    except Exception as exc:
-        failure = exc
-    try:
-        metrics.set_queue_depth(sum((await queue.depth()).values()))
-    except Exception as exc:
-        failure = failure or exc
-    if failure is not None:
-        raise failure
-
-
-async def _last_successes(store: Store) -> list[tuple[str, str, float]]:
-    """``(id, name, unix time)`` of every connector that has succeeded once, all pages."""
-    out: list[tuple[str, str, float]] = []
-    after: str | None = None
-    while True:
-        page = await store.list_connectors(limit=_CONNECTOR_PAGE, after=after)
-        out.extend(
-            (c.id, c.name, c.last_synced_at.timestamp())
-            for c in page
-            if c.last_synced_at is not None
-        )
-        if len(page) < _CONNECTOR_PAGE:
-            return out
-        after = page[-1].id
-
-
-async def refresh_forever(metrics: Metrics, store: Store, queue: WorkQueue) -> None:
-    """Run forever: :func:`refresh` every :data:`REFRESH_SECONDS`. A refresh that fails
-    leaves the previous figures; it never ends the refreshes."""
-    while True:
-        try:
-            await refresh(metrics, store, queue)
-        except Exception as exc:
-            log.warning(
-                "metrics.refresh_failed", error=str(exc), exc_info=not isinstance(exc, SyncdError)
-            )
-        await asyncio.sleep(REFRESH_SECONDS)
 
 
 async def watch_loop_lag(

@@ -21,7 +21,7 @@ from typing import Any
 
 import structlog
 
-from syncd.observability.logs import redact
+from syncd.observability.logs import describe_error
 
 log = structlog.get_logger("syncd.runtime.tasks")
 
@@ -33,19 +33,15 @@ class TaskReturned(RuntimeError):
     """A supervised task returned although it should run until stopped."""
 
 
-def describe(exc: BaseException) -> str:
-    """``Type: message`` (or just the type), with secrets masked: safe for logs and /readyz."""
-    text = str(exc)
-    return redact(f"{type(exc).__name__}: {text}" if text else type(exc).__name__)
-
-
 def _report_outcome(task: asyncio.Task[Any]) -> None:
     """Log a stopped task's exception, if it ended with one (cancelled or returned: nothing)."""
     if task.cancelled():
         return
     exc = task.exception()
     if exc is not None:
-        log.error("task.failed", task=task.get_name(), error=describe(exc), exc_info=exc)
+        log.error(
+            "task.failed", task=task.get_name(), error=describe_error(exc, plain=()), exc_info=exc
+        )
 
 
 async def cancel_and_wait(task: asyncio.Task[Any], *, timeout: float | None = None) -> None:
@@ -208,17 +204,22 @@ class Supervisor:
                 error = TaskReturned("returned; it should run until stopped")
             if child.finishing:
                 if not isinstance(error, TaskReturned):
-                    log.warning("task.failed_finishing", task=child.name, error=describe(error))
+                    log.warning(
+                        "task.failed_finishing",
+                        task=child.name,
+                        error=describe_error(error, plain=()),
+                    )
                 return
             delay = self._next_delay(child, ran=self._clock() - started)
             if delay is None:
                 self._give_up(child, error)
                 return
-            child.problem = f"restarting: {describe(error)}"
+            text = describe_error(error, plain=())
+            child.problem = f"restarting: {text}"
             log.error(
                 "task.died",
                 task=child.name,
-                error=describe(error),
+                error=text,
                 next_attempt_in=delay,
                 exc_info=error,
             )
@@ -250,11 +251,12 @@ class Supervisor:
         return delay
 
     def _give_up(self, child: _Child, error: BaseException) -> None:
-        child.problem = f"failed: {describe(error)}"
+        text = describe_error(error, plain=())
+        child.problem = f"failed: {text}"
         log.critical(
             "task.fatal",
             task=child.name,
-            error=describe(error),
+            error=text,
             restart=child.restart,
             deaths=len(child.deaths),
             exc_info=error,

@@ -91,7 +91,7 @@ class Control:
             except SyncdError as exc:
                 log.warning("service.cancel_failed", connector_id=cid, error=str(exc))
 
-    async def listen(self) -> None:
+    async def apply_messages(self) -> None:
         """Run until the queue closes: apply every control message as it arrives."""
         async for message in self._queue.messages():
             await self.apply(message)

@@ -1,49 +1,11 @@
 """Live changes of connectors and runs, for the ``GET /events`` stream (Server-Sent Events).
 
-The contract (what the dashboard and ``syncd sync --follow`` rely on):
-
-- ``GET /events`` answers ``200 text/event-stream`` (bearer auth like every route).
-  ``?connector_id=ID`` filters to those connectors; it may be repeated and each value may be
-  a comma-separated list (at most :data:`MAX_FILTER_IDS` ids in all, else 422). Ids that name
-  no connector are accepted and match nothing.
-- Events, each with an ``id:`` and a one-line JSON ``data:``:
-
-  - ``event: connector`` — the connector exactly as ``GET /connectors/{id}`` returns it
-    (document counts included), whenever its state changes (status, sync_status, progress,
-    waiting, last_error, last_synced_at, heartbeat, document counts, …). Changes are
-    coalesced: at most one event per connector per :data:`COALESCE_SECONDS`, always with
-    the latest state (a state equal to the last one sent is not sent again).
-  - ``event: run`` — the run as ``GET /connectors/{id}/runs`` lists it, when a run starts
-    (``outcome: "running"``) and when it ends (its final outcome). A run that starts and
-    ends within one coalescing window may only be seen ended; each (run, outcome) is sent
-    once.
-  - ``event: deleted`` — ``{"id": ...}`` once a connector's delete cascade has finished.
-  - ``event: reset`` — ``{"reason": ...}``: the ``Last-Event-ID`` given is unknown here (too
-    old, from another instance, from before a restart): drop what you hold; a snapshot
-    follows.
-
-- Ids are ``<owner>:<n>``: ``owner`` is the instance's run owner (``instance_id/nonce``, new
-  at each start) and ``n`` increases by one per event of that instance. Ids of another
-  instance or of an earlier start are therefore recognised as unknown.
-- On connect, without ``Last-Event-ID``, the stream first sends the current state of the
-  (filtered) connectors, up to :data:`SNAPSHOT_LIMIT` of them in id order, as ``connector``
-  events carrying the id of the last event sent before it, then live changes. With a
-  ``Last-Event-ID`` header (or ``?last_event_id=``) this instance still holds (it keeps the
-  last :data:`RING_SIZE` events), the events after it that match the filter are replayed
-  instead, then live changes; otherwise ``reset`` and the snapshot.
-- The stream opens with ``retry: 1000`` (an ``EventSource`` reconnects after 1 s).
-- A comment line ``: ping`` is sent after every ``api.events_heartbeat_seconds`` of silence,
-  so that proxies keep the connection open.
-- The stream ends when the daemon stops (clients reconnect, to any instance), or when the
-  client reads so slowly that more than :data:`SUBSCRIBER_BUFFER` events wait for it (it
-  then reconnects with its last id).
-
-Across instances: each change recorded here (through :class:`syncd.service.changes.ChangeFeed`) is
-published on the queue's control channel — only the connector and run ids, batched per
-coalescing window — and every instance's hub reads those connectors and runs from the store
-and sends them to its own subscribers. The store is read only while this instance has
-subscribers (or had one within :data:`LINGER_SECONDS`, so a client that reconnects can
-resume); changes skipped meanwhile make older ids unknown.
+The contract (the events and their ids, the snapshot or replay on connect, resuming with
+``Last-Event-ID``, heartbeats, when a stream ends) is written in ``docs/api.md``, "The event
+stream", with the values of the constants below. :class:`EventHub` coalesces this instance's
+changes (:class:`syncd.service.changes.ChangeFeed`), keeps the ring of recent events, sends
+snapshots, and exchanges change notices with the other instances through the queue's
+control channel; it reads the store only while someone is subscribed.
 """
 
 from __future__ import annotations
@@ -75,11 +37,18 @@ EVENT_RESET = "reset"
 #: Control message announcing changed connectors to the other instances.
 MSG_CHANGED = "changed"
 
+# The figures docs/api.md states (tests/unit/test_docs.py holds the two together):
+#: At most one ``connector`` event per connector per this many seconds.
 COALESCE_SECONDS = 0.2
+#: Recent events kept, from which a ``Last-Event-ID`` resumes.
 RING_SIZE = 1000
+#: Connectors in the snapshot a stream opens with.
 SNAPSHOT_LIMIT = 1000
+#: Connector ids a ``connector_id`` filter may name.
 MAX_FILTER_IDS = 100
+#: Events waiting for a slow client before its stream ends.
 SUBSCRIBER_BUFFER = 10_000
+#: Seconds the store is still read after the last subscriber left (so one can resume).
 LINGER_SECONDS = 300.0
 #: Connector ids per control message (a sync of many connectors at once sends several).
 MESSAGE_BATCH = 200
@@ -223,7 +192,7 @@ class EventHub:
             return
         self._wake.set()
 
-    async def listen(self) -> None:
+    async def take_notices(self) -> None:
         """Run until the queue closes: take the change notices of the other instances."""
         async for message in self._queue.messages():
             self._apply_message(message)

@@ -22,9 +22,10 @@ from structlog.testing import capture_logs
 from syncd.api import build_app, start_api
 from syncd.api.app import ACCESS_LOGGER
 from syncd.daemon import Daemon
+from syncd.daemon.metrics_poller import refresh
 from syncd.models import DocStatus
 from syncd.observability.logs import DRIVER_LOGGERS, configure_logging
-from syncd.observability.metrics import LOOP_LAG_INTERVAL_SECONDS, refresh
+from syncd.observability.metrics import LOOP_LAG_INTERVAL_SECONDS
 from tests.integration.conftest import DaemonFactory, embedded_config, http_source
 from tests.integration.sourceserver import SourceServer
 

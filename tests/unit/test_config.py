@@ -23,7 +23,7 @@ from syncd.config import (
     WorkersConfig,
     env_var,
     is_loopback,
-    parse_listen,
+    parse_address,
 )
 from syncd.errors import ConfigError
 from syncd.models import DEFAULT_PAGINATOR, PaginatorSettings
@@ -531,8 +531,8 @@ def test_bad_tokens_are_rejected_without_being_echoed(token: str) -> None:
         ("unix:relative.sock", UnixAddress("relative.sock")),
     ],
 )
-def test_parse_listen(listen: str, address: TcpAddress | UnixAddress) -> None:
-    assert parse_listen(listen) == address
+def test_parse_address(listen: str, address: TcpAddress | UnixAddress) -> None:
+    assert parse_address(listen) == address
     assert ApiConfig(listen=listen).address == address
     assert is_loopback(address)
     assert Config.from_mapping({"api": {"listen": listen}}, environ={}).api.listen == listen
@@ -540,7 +540,7 @@ def test_parse_listen(listen: str, address: TcpAddress | UnixAddress) -> None:
 
 @pytest.mark.parametrize("listen", ["0.0.0.0:8765", "[::]:8765", "192.0.2.10:80", "example:1"])
 def test_non_loopback_listen_requires_a_token(listen: str) -> None:
-    assert not is_loopback(parse_listen(listen))
+    assert not is_loopback(parse_address(listen))
     error = config_error({"api": {"listen": listen}})
     assert error.key == "api.listen"
     assert "is not a loopback address or unix socket" in error.message
@@ -553,7 +553,7 @@ def test_non_loopback_listen_requires_a_token(listen: str) -> None:
 
 def test_every_interface_needs_a_token() -> None:
     # ":port" is every interface, as the API server binds it (aiohttp's host=None).
-    address = parse_listen(":8765")
+    address = parse_address(":8765")
     assert address == TcpAddress("", 8765)
     assert address.every_interface
     assert not is_loopback(address)
@@ -570,7 +570,7 @@ def test_listen_names_are_re_exported_from_their_home() -> None:
     from syncd import config
     from syncd.config import listen
 
-    for name in ("TcpAddress", "UnixAddress", "is_loopback", "parse_listen"):
+    for name in ("TcpAddress", "UnixAddress", "is_loopback", "parse_address"):
         assert getattr(config, name) is getattr(listen, name)
 
 

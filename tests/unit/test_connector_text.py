@@ -1,11 +1,13 @@
-"""The fast connector rendering of the API is byte for byte the plain one, and a changed
-configuration is never answered from the masked-config cache."""
+"""The fast connector rendering of the API is byte for byte the plain one, a changed
+configuration is never answered from the masked-config cache, and an unchanged row read from
+the store is answered from the connector cache."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
 from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,10 +19,13 @@ from syncd.models import (
     DocStatus,
     Progress,
     SyncStatus,
+    Transition,
     Waiting,
     WaitReason,
 )
 from syncd.store.codec import connector_from_row, connector_to_row
+from syncd.store.sqlite import SQLiteStore
+from tests.contract.factories import make_connector
 
 NOW = datetime(2026, 5, 1, 12, 0, 0, 123456, tzinfo=UTC)
 
@@ -176,3 +181,31 @@ def test_the_cache_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
         changed = dataclasses.replace(first, source={**SOURCE, "timeout": n})
         assert views.connector_text(changed, {}) == _plain(changed, {})
         assert len(views._masked_texts) <= 3
+
+
+async def test_the_store_answers_an_unchanged_row_from_the_cache(tmp_path: Path) -> None:
+    # connector_text hits only on the very objects it rendered: the store hands them out
+    # again for an unchanged row (codec.DecodedRows). Were it to stop, the API would get
+    # slower without a word: this says it.
+    store = SQLiteStore(tmp_path / "syncd.db")
+    await store.open()
+    try:
+        c = await store.create_connector(make_connector("cached"))
+        one = await store.get_connector_with_counts(c.id)
+        two = await store.get_connector_with_counts(c.id)
+        assert one is not None and two is not None
+        text = views.connector_text(*one)
+        assert views.connector_text(*two) is text
+        first, again = (
+            await store.list_connectors_with_counts(),
+            await store.list_connectors_with_counts(),
+        )
+        assert views.connector_text(*again[0]) is views.connector_text(*first[0])
+        await store.mutate_connector(
+            c.id, lambda x: Transition(dataclasses.replace(x, name="renamed"))
+        )
+        changed = await store.get_connector_with_counts(c.id)
+        assert changed is not None
+        assert '"name": "renamed"' in views.connector_text(*changed)
+    finally:
+        await store.close()

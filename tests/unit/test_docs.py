@@ -127,3 +127,25 @@ def test_recipes_md_embeds_every_recipe_file_verbatim() -> None:
     assert text.count("```json") == len(embedded), "no other JSON block to drift"
     for name, block in embedded:
         assert block == files[name], f"docs/recipes.md differs from docs/recipes/{name}"
+
+
+def test_the_event_stream_section_states_the_code_s_figures() -> None:
+    """docs/api.md holds the ``GET /events`` contract; its figures are the code's."""
+    from syncd.config import ApiConfig
+    from syncd.service import events
+
+    text = (DOCS / "api.md").read_text(encoding="utf-8")
+    # One space for every run of whitespace: the figures do not depend on where lines wrap.
+    section = " ".join(text[text.index("## The event stream: `GET /events`") :].split())
+    for figure in (
+        f"at most {events.MAX_FILTER_IDS} ids",
+        f"per connector per {events.COALESCE_SECONDS:g} s",
+        f"up to {events.SNAPSHOT_LIMIT:,} of them",
+        f"the last {events.RING_SIZE:,} events",
+        f"more than {events.SUBSCRIBER_BUFFER:,} events",
+        f"the last {events.LINGER_SECONDS / 60:g} minutes",
+        f"`{events.OPENING.decode().strip()}`",
+        f"`{events.PING.decode().strip()}`",
+        f"`api.events_heartbeat_seconds` ({ApiConfig.events_heartbeat_seconds:g})",
+    ):
+        assert figure in section, figure

@@ -21,14 +21,15 @@ from hypothesis import strategies as st
 from multidict import CIMultiDict
 from yarl import URL
 
+from syncd.errors import SourceError
 from syncd.observability import logs
 from syncd.observability.logs import (
     DRIVER_LOGGERS,
     MASK,
     Redactor,
     configure_logging,
+    describe_error,
     redact,
-    redact_text,
     register_secret,
     set_level,
     unregister_secret,
@@ -225,6 +226,18 @@ def test_redact_is_the_log_redaction_for_error_texts(secret: str) -> None:
         redact(text) == f"failed: {MASK} at postgresql://u:{MASK}@db/x with Authorization: {MASK}"
     )
     assert redact("HTTP 500 from GET http://h/items") == "HTTP 500 from GET http://h/items"
+
+
+def test_describe_error_is_every_error_text_shown_outside(secret: str) -> None:
+    # Stored on a run, answered by a preview: syncd's own errors by their message.
+    assert describe_error(SourceError(f"HTTP 500 {secret}")) == f"HTTP 500 {MASK}"
+    assert describe_error(KeyError("id")) == "KeyError: 'id'"
+    assert describe_error(RuntimeError()) == "RuntimeError: RuntimeError"
+    # A side task's failure (log, /readyz): every type named.
+    assert describe_error(SourceError("gone"), plain=()) == "SourceError: gone"
+    assert describe_error(RuntimeError(), plain=()) == "RuntimeError"
+    # /readyz's probes: a server's own refusal by its message.
+    assert describe_error(ConnectionRefusedError("refused"), plain=(OSError,)) == "refused"
 
 
 def test_configure_leaves_other_handlers_alone() -> None:
@@ -426,20 +439,20 @@ def test_sensitive_keys_are_masked_whatever_their_value() -> None:
 def test_redactor_with_its_own_secrets() -> None:
     redactor = Redactor(["own-secret-value"], use_registry=False)
     assert redactor.redact("a own-secret-value b") == f"a {MASK} b"
-    assert redact_text("a own-secret-value b") == "a own-secret-value b"
+    assert redact("a own-secret-value b") == "a own-secret-value b"
 
 
 def test_registered_secrets_in_all_their_forms(secret: str) -> None:
     encoded = secret.replace("/", "%2F").replace("+", "%2B")
-    assert redact_text(f"x {secret} y {encoded} z") == f"x {MASK} y {MASK} z"
+    assert redact(f"x {secret} y {encoded} z") == f"x {MASK} y {MASK} z"
 
 
 def test_escaped_forms_of_a_secret_are_masked() -> None:
     value = f'canary"quote\\back-{uuid.uuid4().hex}'
     register_secret(value)
     try:
-        assert redact_text(json.dumps({"v": value})) == json.dumps({"v": MASK})
-        assert redact_text(repr([value])) == repr([MASK])
+        assert redact(json.dumps({"v": value})) == json.dumps({"v": MASK})
+        assert redact(repr([value])) == repr([MASK])
     finally:
         unregister_secret(value)
 
@@ -449,15 +462,15 @@ def test_registration_is_counted_and_can_be_undone() -> None:
     register_secret(value)
     register_secret(value)
     unregister_secret(value)
-    assert redact_text(value) == MASK
+    assert redact(value) == MASK
     unregister_secret(value)
-    assert redact_text(value) == value
+    assert redact(value) == value
 
 
 def test_too_short_secrets_are_ignored() -> None:
     register_secret("ab1")
     try:
-        assert redact_text("ab1 in 2024") == "ab1 in 2024"
+        assert redact("ab1 in 2024") == "ab1 in 2024"
     finally:
         unregister_secret("ab1")
 
@@ -477,7 +490,7 @@ def test_exc_info_is_rendered_and_redacted_by_the_processor() -> None:
 def test_pathological_input_is_redacted_in_linear_time() -> None:
     text = ("a" * 50 + "-" + "password" + "." * 50) * 2_000 + "://" + "x:" * 20_000
     started = time.perf_counter()
-    redact_text(text)
+    redact(text)
     assert time.perf_counter() - started < 2.0
 
 

@@ -22,13 +22,13 @@ from prometheus_client.openmetrics.parser import (
 )
 from prometheus_client.parser import text_string_to_metric_families
 
+from syncd.daemon.metrics_poller import refresh
 from syncd.models import ConnectorStatus, RunOutcome, RunTrigger, SyncStatus, Transition
 from syncd.observability.metrics import (
     API_LATENCY_BUCKETS,
     INDEX_LATENCY_BUCKETS,
     Metrics,
     observer,
-    refresh,
     watch_loop_lag,
 )
 from syncd.pipeline.inputs import document_inputs
