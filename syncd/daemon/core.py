@@ -47,11 +47,11 @@ from syncd.pipeline.builder import SourceBuilder
 from syncd.pipeline.engine import SyncEngine
 from syncd.plugins import IndexerKind, Indexers, Registry, SourceKind
 from syncd.queue import WorkQueue, open_queue
+from syncd.runtime.changes import ChangeFeed
 from syncd.runtime.outage import OutagePolicy
 from syncd.runtime.pacing import Pacer
 from syncd.runtime.tasks import Supervisor
 from syncd.scheduler import Scheduler
-from syncd.service.changes import ChangeFeed
 from syncd.service.control import Control
 from syncd.service.events import EventHub
 from syncd.service.operations import ConnectorService

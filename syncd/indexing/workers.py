@@ -40,10 +40,10 @@ from syncd.plugins import IndexerKind
 from syncd.queue.base import Batch, WorkQueue
 from syncd.rules.documents import split_retries
 from syncd.rules.shape import is_costly, shaped
+from syncd.runtime.changes import Notify
 from syncd.runtime.outage import UNAVAILABLE, Outage, OutagePolicy, ride_out
 from syncd.runtime.pacing import Pacer
 from syncd.runtime.tasks import cancel_and_wait
-from syncd.service.changes import Notify
 from syncd.store.base import Store
 
 log = structlog.get_logger("syncd.indexing.workers")

@@ -44,10 +44,10 @@ from syncd.pipeline.pages import CursorRejected, PreparedPage, checkpoint, guard
 from syncd.pipeline.prepare import Preparer
 from syncd.plugins import Registry
 from syncd.queue.base import WorkQueue
+from syncd.runtime.changes import Notify
 from syncd.runtime.outage import DEFAULT_BACKOFF, OutagePolicy, ride_out
 from syncd.runtime.pacing import Pacer
 from syncd.runtime.tasks import cancel_and_wait
-from syncd.service.changes import Notify
 from syncd.store.base import Store
 
 log = structlog.get_logger("syncd.pipeline.engine")

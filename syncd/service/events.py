@@ -62,7 +62,7 @@ import structlog
 from syncd.errors import SyncdError
 from syncd.models import Connector, DocStatus, Run
 from syncd.queue.base import WorkQueue
-from syncd.service.changes import Change, ChangeFeed
+from syncd.runtime.changes import Change, ChangeFeed
 from syncd.store.base import Store
 
 log = structlog.get_logger("syncd.service.events")
