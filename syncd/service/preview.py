@@ -5,7 +5,7 @@ existing connector, fetched the way a run would, writing nothing.
 (:class:`~syncd.pipeline.builder.SourceBuilder`: the shared transport, its secrets registered
 for masking, the state of the last completed crawl), pages through it
 with the connector's paginator keys, and turns each page's records into documents as a run
-would (:func:`syncd.pipeline.inputs.document_inputs`); for an existing connector it also
+would (:func:`syncd.rules.records.document_inputs`); for an existing connector it also
 compares them with the stored documents.
 """
 
@@ -31,8 +31,8 @@ from syncd.models import (
 )
 from syncd.observability.logs import describe_error
 from syncd.pipeline.builder import SourceBuilder
-from syncd.pipeline.inputs import document_inputs
 from syncd.plugins import Registry
+from syncd.rules.records import document_inputs
 from syncd.rules.shape import is_costly, shaper
 from syncd.schema import spec
 from syncd.store.base import Store
