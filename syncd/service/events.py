@@ -38,7 +38,7 @@ The contract (what the dashboard and ``syncd sync --follow`` rely on):
   client reads so slowly that more than :data:`SUBSCRIBER_BUFFER` events wait for it (it
   then reconnects with its last id).
 
-Across instances: each change recorded here (through :class:`syncd.service.changes.ChangeFeed`) is
+Across instances: each change recorded here (through :class:`syncd.runtime.changes.ChangeFeed`) is
 published on the queue's control channel — only the connector and run ids, batched per
 coalescing window — and every instance's hub reads those connectors and runs from the store
 and sends them to its own subscribers. The store is read only while this instance has
