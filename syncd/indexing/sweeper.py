@@ -38,15 +38,16 @@ class Sweeper:
         self._maintenance = maintenance
         self._deleted_retention = deleted_retention
         # Often enough for leases and for documents waiting to be retried.
-        self.interval = max(
+        self._interval = max(
             0.05, min(settings.lease_seconds / 4, 30.0, settings.retry_backoff_seconds)
         )
 
     async def run(self, stopping: asyncio.Event) -> None:
-        """Sweep every :attr:`interval` seconds until ``stopping`` is set."""
+        """Sweep until ``stopping`` is set: every quarter of the lease, 30 s or the retry
+        backoff, whichever is shortest."""
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stopping.wait(), self.interval)
+                await asyncio.wait_for(stopping.wait(), self._interval)
             if stopping.is_set():
                 return
             await self.sweep()
