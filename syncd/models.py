@@ -145,7 +145,7 @@ class Connector:
     page_retry_backoff: float = DEFAULT_PAGINATOR.page_retry_backoff
     throttle_seconds: float = DEFAULT_PAGINATOR.throttle_seconds
     retry_on_status: tuple[int, ...] = DEFAULT_PAGINATOR.retry_on_status
-    # Dotted paths the content hash covers (None: the whole record), see syncd.pipeline.inputs.
+    # Dotted paths the content hash covers (None: the whole record), see syncd.rules.records.
     hash_fields: tuple[str, ...] | None = None
     # The document shape (DESIGN.md §7) as its user wrote it (None: none), see
     # syncd.rules.shape.

@@ -39,7 +39,9 @@ from syncd.http.budget_redis import open_budgets
 from syncd.http.transport import Transport
 from syncd.indexers.base import IndexerContext, IndexerFactory
 from syncd.indexers.pgpool import PostgresPools
+from syncd.indexing.lease import Leases
 from syncd.indexing.maintenance import Maintenance
+from syncd.indexing.sweeper import Sweeper
 from syncd.indexing.workers import Workers
 from syncd.models import new_id, utcnow
 from syncd.observability.metrics import Metrics, watch_loop_lag
@@ -48,11 +50,11 @@ from syncd.pipeline.builder import SourceBuilder
 from syncd.pipeline.engine import SyncEngine
 from syncd.plugins import IndexerKind, Indexers, Registry, SourceKind
 from syncd.queue import WorkQueue, open_queue
+from syncd.runtime.changes import ChangeFeed
 from syncd.runtime.outage import OutagePolicy
 from syncd.runtime.pacing import Pacer
 from syncd.runtime.tasks import Supervisor
 from syncd.scheduler import Scheduler
-from syncd.service.changes import ChangeFeed
 from syncd.service.control import Control
 from syncd.service.events import EventHub
 from syncd.service.operations import ConnectorService
@@ -104,6 +106,7 @@ class Daemon(EmbeddingApi):
         self.engine: SyncEngine
         self.admission: Admission
         self.workers: Workers
+        self.sweeper: Sweeper
         self.scheduler: Scheduler
         self.maintenance: Maintenance
         self.control: Control
@@ -258,20 +261,27 @@ class Daemon(EmbeddingApi):
             # A freed slot wakes the scheduler (built below) when work waits for one.
             on_slot_free=lambda: self.scheduler.slot_freed(),
         )
-        self.workers = Workers(
+        leases = Leases(
             store=self.store,
             queue=self.queue,
             indexer_for=indexers,
             metrics=self.metrics,
-            concurrency=cfg.workers.concurrency,
-            batch_size=cfg.workers.batch_size,
-            index_timeout=cfg.workers.index_timeout_seconds,
-            lease_seconds=cfg.workers.lease_seconds,
-            max_attempts=cfg.workers.max_attempts,
-            retry_backoff=cfg.workers.retry_backoff_seconds,
-            deleted_retention=timedelta(days=cfg.documents.deleted_retention_days),
+            settings=cfg.workers,
             maintenance=self.maintenance,
             on_change=notify,
+            outage=outage,
+        )
+        self.sweeper = Sweeper(
+            store=self.store,
+            maintenance=self.maintenance,
+            settings=cfg.workers,
+            deleted_retention=timedelta(days=cfg.documents.deleted_retention_days),
+        )
+        self.workers = Workers(
+            queue=self.queue,
+            leases=leases,
+            sweeper=self.sweeper,
+            settings=cfg.workers,
             pacer=self.pacer,
             outage=outage,
         )

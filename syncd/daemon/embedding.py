@@ -14,7 +14,7 @@ from typing import Any
 from syncd.indexing.maintenance import Maintenance
 from syncd.models import Connector, ConnectorStatus, DocStatus, Document, Run
 from syncd.pipeline.engine import SyncEngine
-from syncd.service.changes import ChangeFeed
+from syncd.runtime.changes import ChangeFeed
 from syncd.service.operations import ConnectorService
 from syncd.service.preview import Preview, Previewer
 

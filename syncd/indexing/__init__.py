@@ -1,4 +1,5 @@
-"""Indexing (DESIGN.md §7): the workers and their lease sweeper (:mod:`~syncd.indexing.workers`),
-one claimed batch's run through its indexer (:mod:`~syncd.indexing.batch`), and the
-housekeeping that keeps queue and store consistent — queue repair and delete cascades
-(:mod:`~syncd.indexing.maintenance`)."""
+"""Indexing (DESIGN.md §7): the worker pool (:mod:`~syncd.indexing.workers`), a leased batch's
+life — claim, index, renew, hand back (:mod:`~syncd.indexing.lease`) — and its run through its
+indexer (:mod:`~syncd.indexing.batch`), and the housekeeping that keeps queue and store
+consistent: the lease sweeper and the tombstone purge (:mod:`~syncd.indexing.sweeper`), queue
+repair and delete cascades (:mod:`~syncd.indexing.maintenance`)."""

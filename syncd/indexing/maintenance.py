@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import structlog
@@ -86,16 +86,21 @@ class Maintenance:
             rows = await self._store.pending_documents(after=after, limit=5000)
             if not rows:
                 break
-            by_connector: dict[str, list[str]] = {}
-            for cid, ext in rows:
-                by_connector.setdefault(cid, []).append(ext)
-            for cid, ids in by_connector.items():
-                await self._queue.push(cid, ids)
+            await self.requeue(rows)
             total += len(rows)
             after = rows[-1]
         if total:
             log.info("maintenance.queue_rebuilt", documents=total)
         return total
+
+    async def requeue(self, pairs: Sequence[tuple[str, str]]) -> None:
+        """Push documents pending in the store, ``(connector_id, external_id)`` pairs, to the
+        queue: one push per connector."""
+        by_connector: dict[str, list[str]] = {}
+        for cid, ext in pairs:
+            by_connector.setdefault(cid, []).append(ext)
+        for cid, ids in by_connector.items():
+            await self._queue.push(cid, ids)
 
     async def purge(self, connector_id: str) -> None:
         """Drop the connector's queue entries now, or as soon as the queue answers: an abort

@@ -1,9 +1,11 @@
-"""Building a connector's source the way a run does, for a run and for a preview.
+"""Building a connector's source and its paginator the way a run does, for a run and for a
+preview.
 
 The source gets the shared transport, the state it starts from (a fresh crawl, the resumed
 one, or a full crawl), its secret state (a rotated refresh token) and, for a stored
 connector, a way to save it; the connector's secrets are registered for masking first, and a
-plugin's blocking ``fetch_page`` is moved to a worker thread.
+plugin's blocking ``fetch_page`` is moved to a worker thread. The paginator
+(:func:`paginator_for`) pages through it with the connector's four paginator keys.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from syncd import rules
+from syncd.http.paginator import AsyncCursorPaginator, CancelToken, FetchPage, OnRetry, OnWait
 from syncd.http.transport import Transport
 from syncd.models import Connector, WaitReason
 from syncd.plugins import Registry
@@ -59,3 +62,29 @@ class SourceBuilder:
         self._registry.register_secrets(connector.source, connector.indexer)
         # A plugin's plain ``def fetch_page`` (a blocking SDK) runs in a worker thread.
         return as_async(kind.factory(connector.source, context))
+
+
+def paginator_for(
+    connector: Connector,
+    fetch_page: FetchPage,
+    *,
+    cancel_token: CancelToken,
+    start_cursor: str | None = None,
+    on_wait: OnWait | None = None,
+    on_retry: OnRetry | None = None,
+) -> AsyncCursorPaginator:
+    """The paginator over ``fetch_page`` (the connector's source's, or a run's guard of it)
+    with the connector's paginator keys: page retries and their backoff, the statuses
+    retried, the throttle. ``cancel_token`` ends it, whether it fetches or sleeps;
+    ``on_wait`` and ``on_retry`` are told of each wait and each retried page."""
+    return AsyncCursorPaginator(
+        fetch_page,
+        max_retries=connector.page_retries,
+        backoff_factor=connector.page_retry_backoff,
+        retry_on_status=tuple(connector.retry_on_status),
+        throttle_seconds=connector.throttle_seconds,
+        cancel_token=cancel_token,
+        start_cursor=start_cursor,
+        on_wait=on_wait,
+        on_retry=on_retry,
+    )

@@ -17,7 +17,7 @@ from dataclasses import replace
 from typing import Any
 
 from syncd.models import DocumentInput, Rejection
-from syncd.pipeline.inputs import document_inputs
+from syncd.rules.records import document_inputs
 from syncd.runtime.pacing import Pacer
 
 __all__ = ["SLICE_SECONDS", "Preparer"]
@@ -28,7 +28,7 @@ _MIN_CHUNK, _MAX_CHUNK, _FIRST_CHUNK = 8, 4096, 64
 
 
 class Preparer:
-    """:func:`~syncd.pipeline.inputs.document_inputs` in slices of loop time, shared by the runs of
+    """:func:`~syncd.rules.records.document_inputs` in slices of loop time, shared by the runs of
     one engine (one event loop)."""
 
     def __init__(self, slice_seconds: float = SLICE_SECONDS, pacer: Pacer | None = None) -> None:
@@ -43,7 +43,7 @@ class Preparer:
         self, records: Sequence[Any], id_field: str, hash_fields: Sequence[str] | None
     ) -> tuple[list[DocumentInput], list[Rejection]]:
         """The documents and rejections of ``records``, as
-        :func:`~syncd.pipeline.inputs.document_inputs` returns them."""
+        :func:`~syncd.rules.records.document_inputs` returns them."""
         docs: list[DocumentInput] = []
         rejected: list[Rejection] = []
         start, total = 0, len(records)

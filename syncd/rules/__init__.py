@@ -20,10 +20,10 @@ records of an incremental source are tombstones (:func:`split_tombstones`).
 
 One module per topic: ``runs`` (trigger, queue, end a run), ``admission`` (a tick's
 decision), ``crawls`` (marks, full or not), ``deletions``, ``lifecycle`` (PATCH, delete),
-``documents`` (what a page writes), ``state`` (what they share), ``cron`` (when a schedule
-fires next). This namespace is the way in: callers write ``rules.trigger(...)``. What only
-the rules use among themselves (messages, limits, the steps of a rule) stays in its topic's
-module.
+``documents`` (what a page writes), ``records`` (what a record becomes: external id, content
+hash, payload), ``state`` (what they share), ``cron`` (when a schedule fires next). This
+namespace is the way in: callers write ``rules.trigger(...)``. What only the rules use among
+themselves (messages, limits, the steps of a rule) stays in its topic's module.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from typing import Any, Protocol
 from syncd.errors import Conflict
 from syncd.models import Connector, ConnectorStatus, PruneAction, PruneCounts, PrunePlan, Transition
 from syncd.paths import MISSING, get_parts, parse_path
-from syncd.pipeline.inputs import external_id_of
+from syncd.rules.records import external_id_of
 from syncd.rules.state import MSG_DELETING, MSG_NO_DELETIONS_HELD
 
 PRUNE_GUARD_MIN = 10

@@ -3,7 +3,7 @@
 The contract (the events and their ids, the snapshot or replay on connect, resuming with
 ``Last-Event-ID``, heartbeats, when a stream ends) is written in ``docs/api.md``, "The event
 stream", with the values of the constants below. :class:`EventHub` coalesces this instance's
-changes (:class:`syncd.service.changes.ChangeFeed`), keeps the ring of recent events, sends
+changes (:class:`syncd.runtime.changes.ChangeFeed`), keeps the ring of recent events, sends
 snapshots, and exchanges change notices with the other instances through the queue's
 control channel; it reads the store only while someone is subscribed.
 """
@@ -24,7 +24,7 @@ import structlog
 from syncd.errors import SyncdError
 from syncd.models import Connector, DocStatus, Run
 from syncd.queue.base import WorkQueue
-from syncd.service.changes import Change, ChangeFeed
+from syncd.runtime.changes import Change, ChangeFeed
 from syncd.store.base import Store
 
 log = structlog.get_logger("syncd.service.events")

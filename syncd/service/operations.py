@@ -41,8 +41,8 @@ from syncd.pipeline.admission import Admission, Claimed
 from syncd.pipeline.engine import SyncEngine
 from syncd.plugins import Indexers, Registry
 from syncd.queue.base import WorkQueue
+from syncd.runtime.changes import ChangeFeed
 from syncd.schema import spec
-from syncd.service.changes import ChangeFeed
 from syncd.service.control import Control
 from syncd.service.cursors import decode_cursor, encode_cursor
 from syncd.store.base import Store

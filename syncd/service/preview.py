@@ -3,10 +3,11 @@ existing connector, fetched the way a run would, writing nothing.
 
 :class:`Previewer` builds the connector's source as a run does
 (:class:`~syncd.pipeline.builder.SourceBuilder`: the shared transport, its secrets registered
-for masking, the state of the last completed crawl), pages through it
-with the connector's paginator keys, and turns each page's records into documents as a run
-would (:func:`syncd.pipeline.inputs.document_inputs`); for an existing connector it also
-compares them with the stored documents.
+for masking, the state of the last completed crawl), pages through it with the paginator a
+run uses (:func:`~syncd.pipeline.builder.paginator_for`: the connector's paginator keys), and
+turns each page's records into documents as a run would
+(:func:`syncd.rules.records.document_inputs`); for an existing connector it also compares
+them with the stored documents.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 import structlog
 
 from syncd.errors import Aborted, NotFound, ValidationError
-from syncd.http.paginator import AsyncCursorPaginator, CancelToken
+from syncd.http.paginator import CancelToken
 from syncd.models import (
     Connector,
     DocumentFields,
@@ -30,9 +31,9 @@ from syncd.models import (
     utcnow,
 )
 from syncd.observability.logs import describe_error
-from syncd.pipeline.builder import SourceBuilder
-from syncd.pipeline.inputs import document_inputs
+from syncd.pipeline.builder import SourceBuilder, paginator_for
 from syncd.plugins import Registry
+from syncd.rules.records import document_inputs
 from syncd.rules.shape import is_costly, shaper
 from syncd.schema import spec
 from syncd.store.base import Store
@@ -120,15 +121,7 @@ class Previewer:
             source = self._sources.build(connector, resuming=False, persist=existing)
             describe = getattr(source, "describe_request", None)
             request = describe(None) if callable(describe) else None
-            paginator = AsyncCursorPaginator(
-                source.fetch_page,
-                max_retries=connector.page_retries,
-                backoff_factor=connector.page_retry_backoff,
-                retry_on_status=tuple(connector.retry_on_status),
-                throttle_seconds=connector.throttle_seconds,
-                cancel_token=token,
-            )
-            async for page in paginator:
+            async for page in paginator_for(connector, source.fetch_page, cancel_token=token):
                 docs, rejected = document_inputs(page.records, id_field, connector.hash_fields)
                 report = getattr(source, "last_page", None)
                 found = PreviewPage(

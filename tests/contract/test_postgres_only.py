@@ -31,7 +31,7 @@ from syncd.models import (
     new_id,
     utcnow,
 )
-from syncd.pipeline.inputs import document_inputs
+from syncd.rules.records import document_inputs
 from syncd.store import open_store
 from syncd.store.postgres import PostgresStore, sql
 from syncd.store.postgres import migrations as schema

@@ -38,8 +38,8 @@ from syncd.models import (
     WaitReason,
     new_id,
 )
-from syncd.pipeline.inputs import document_inputs
 from syncd.rules import NotDue
+from syncd.rules.records import document_inputs
 from syncd.store.base import StateRule, Store
 from syncd.store.sqlite import SQLiteStore
 from syncd.store.sqlite.migrations import MIGRATIONS

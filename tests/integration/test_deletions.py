@@ -574,8 +574,8 @@ async def test_tombstones_are_purged_after_their_retention(
     assert (await daemon.document_counts(c.id))[DocStatus.DELETED] == 10
 
     # Seven days (the default) are not over yet; they are a day later.
-    assert await daemon.workers.purge_tombstones(utcnow() + timedelta(days=6)) == 0
-    assert await daemon.workers.purge_tombstones(utcnow() + timedelta(days=7, hours=1)) == 10
+    assert await daemon.sweeper.purge_tombstones(utcnow() + timedelta(days=6)) == 0
+    assert await daemon.sweeper.purge_tombstones(utcnow() + timedelta(days=7, hours=1)) == 10
     counts = await daemon.document_counts(c.id)
     assert (counts[DocStatus.DELETED], counts[DocStatus.INDEXED]) == (0, 20)
 

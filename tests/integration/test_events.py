@@ -19,7 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from syncd.cli.entry import Streams, build_parser, execute
 from syncd.config import Config
 from syncd.daemon import Daemon
-from syncd.service.changes import Change
+from syncd.runtime.changes import Change
 from syncd.service.events import COALESCE_SECONDS
 from tests.integration.conftest import embedded_config, http_source
 from tests.integration.multi import shared_config

@@ -22,7 +22,7 @@ from syncd.api import build_app
 from syncd.daemon import Daemon
 from syncd.jsontext import PayloadError, canonical_json, parse_json
 from syncd.models import DocStatus, Rejection, RunOutcome
-from syncd.pipeline.inputs import MAX_EXTERNAL_ID_BYTES, document_inputs, external_id_of
+from syncd.rules.records import MAX_EXTERNAL_ID_BYTES, document_inputs, external_id_of
 from tests.integration.conftest import DaemonFactory
 
 # Raw JSON text of the records, page by page, as the source sends them.

@@ -19,7 +19,7 @@ from syncd.indexers.base import IndexerContext
 from syncd.jsontext import canonical_json, content_hash
 from syncd.models import DocStatus, Document, Page, Run, RunOutcome
 from syncd.paths import MSG_PATH
-from syncd.pipeline.inputs import document_inputs, hash_paths, hashed_part
+from syncd.rules.records import document_inputs, hash_paths, hashed_part
 from syncd.sources.base import SourceContext, StatefulSource
 from syncd.sources.threaded import ThreadedSource, as_async
 from tests.integration.conftest import DaemonFactory

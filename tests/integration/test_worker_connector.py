@@ -15,7 +15,8 @@ from syncd.plugins import IndexerKind
 from tests.integration.conftest import DaemonFactory, http_source
 from tests.integration.sourceserver import SourceServer, make_records
 
-WORKERS = "indexing/workers.py"
+# Where a worker claims a batch and reads its connector.
+WORKERS = "indexing/lease.py"
 
 
 class Tagged:

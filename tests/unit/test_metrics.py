@@ -31,8 +31,8 @@ from syncd.observability.metrics import (
     observer,
     watch_loop_lag,
 )
-from syncd.pipeline.inputs import document_inputs
 from syncd.queue.memory import MemoryQueue
+from syncd.rules.records import document_inputs
 from syncd.store.sqlite import SQLiteStore
 from tests.contract.factories import T0, make_connector, start_run
 

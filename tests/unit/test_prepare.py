@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from syncd.pipeline.inputs import document_inputs
 from syncd.pipeline.prepare import Preparer
+from syncd.rules.records import document_inputs
 
 
 def page(n: int) -> list[Any]:

@@ -8,8 +8,11 @@ from typing import Any, cast
 
 import structlog
 
+from syncd.config.sections import WorkersConfig
 from syncd.errors import StoreUnavailable
+from syncd.indexing.lease import Leases
 from syncd.indexing.maintenance import Maintenance
+from syncd.indexing.sweeper import Sweeper
 from syncd.indexing.workers import Workers
 from syncd.models import Connector
 from syncd.observability.metrics import Metrics
@@ -45,15 +48,25 @@ async def test_a_worker_backs_off_while_the_store_is_away() -> None:
     queue = MemoryQueue()
     await queue.open()
     maintenance = Maintenance(store=cast(Store, store), queue=queue)
-    workers = Workers(
+    settings = WorkersConfig(concurrency=1)
+    outage = OutagePolicy(budget=60, backoff=BACKOFF)
+    leases = Leases(
         store=cast(Store, store),
         queue=queue,
         indexer_for=lambda c: (_ for _ in ()).throw(AssertionError("no indexing")),
         metrics=Metrics(process_metrics=False),
-        concurrency=1,
-        poll_timeout=5.0,
+        settings=settings,
         maintenance=maintenance,
-        outage=OutagePolicy(budget=60, backoff=BACKOFF),
+        outage=outage,
+    )
+    sweeper = Sweeper(store=cast(Store, store), maintenance=maintenance, settings=settings)
+    workers = Workers(
+        queue=queue,
+        leases=leases,
+        sweeper=sweeper,
+        settings=settings,
+        poll_timeout=5.0,
+        outage=outage,
     )
     await queue.push("c1", ["a", "b"])
     with structlog.testing.capture_logs() as logs:

@@ -19,7 +19,7 @@ import structlog
 
 T = TypeVar("T")
 
-log = structlog.get_logger("syncd.service.changes")
+log = structlog.get_logger("syncd.runtime.changes")
 
 
 @dataclass(frozen=True)
