@@ -31,12 +31,11 @@ from typing import Any
 import structlog
 
 from syncd.errors import QueueError, QueueUnavailable, StoreUnavailable, SyncdError
-from syncd.indexers.base import Indexer
+from syncd.indexers.base import Indexer, IndexerKind
 from syncd.indexing.batch import Result, Tally, run_indexer
 from syncd.indexing.maintenance import Maintenance
 from syncd.models import Connector, ConnectorStatus, DocStatus, new_id, utcnow
 from syncd.observability.metrics import Metrics
-from syncd.plugins import IndexerKind
 from syncd.queue.base import Batch, WorkQueue
 from syncd.rules.documents import split_retries
 from syncd.rules.shape import is_costly, shaped
