@@ -8,13 +8,13 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, ConfigDict, Field, WithJsonSchema
 
+from syncd.indexers.postgres.table import MAX_IDENTIFIER_BYTES
 from syncd.schema.base import KindConfig
 from syncd.schema.fields import NO_NUL, Flag, fail, int_between, pattern_of, ref_pattern
 from syncd.schema.patterns import compiled
 from syncd.schema.secrets import secret_text, unmasked
 
 __all__ = [
-    "IDENTIFIER_MAX_BYTES",
     "POSTGRES_BATCH_MAX",
     "PostgresBatchSize",
     "PostgresIndexerConfig",
@@ -22,10 +22,8 @@ __all__ = [
 
 #: Most documents one upsert statement of the ``postgres`` indexer carries.
 POSTGRES_BATCH_MAX = 10_000
-#: PostgreSQL keeps this many bytes of a name (NAMEDATALEN - 1) and cuts longer ones.
-IDENTIFIER_MAX_BYTES = 63
 _MSG_IDENTIFIER = (
-    f"Must be a PostgreSQL name: 1-{IDENTIFIER_MAX_BYTES} bytes of UTF-8 without NUL (used "
+    f"Must be a PostgreSQL name: 1-{MAX_IDENTIFIER_BYTES} bytes of UTF-8 without NUL (used "
     "as written, quoted)"
 )
 TEXT_SEARCH_CONFIG_PATTERN = "^(?:[A-Za-z_][A-Za-z0-9_$]{0,62}\\.)?[A-Za-z_][A-Za-z0-9_$]{0,62}$"
@@ -39,7 +37,7 @@ _MSG_DSN = "Must be a postgresql:// or postgres:// URL, or a ${env:NAME} / ${fil
 def _identifier(value: Any) -> Any:
     if not isinstance(value, str) or not value:
         fail(_MSG_IDENTIFIER)
-    if "\x00" in value or len(value.encode("utf-8", "surrogatepass")) > IDENTIFIER_MAX_BYTES:
+    if "\x00" in value or len(value.encode("utf-8", "surrogatepass")) > MAX_IDENTIFIER_BYTES:
         fail(_MSG_IDENTIFIER)
     return value
 
@@ -62,7 +60,7 @@ Identifier = Annotated[
     str,
     BeforeValidator(_identifier),
     WithJsonSchema(
-        {"type": "string", "minLength": 1, "maxLength": IDENTIFIER_MAX_BYTES, "pattern": NO_NUL}
+        {"type": "string", "minLength": 1, "maxLength": MAX_IDENTIFIER_BYTES, "pattern": NO_NUL}
     ),
 ]
 TextSearchConfig = Annotated[

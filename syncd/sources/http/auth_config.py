@@ -14,7 +14,7 @@ from pydantic import BeforeValidator, WithJsonSchema
 from syncd.config.secrets import check_refs
 from syncd.observability.logs import MASK
 from syncd.schema.fields import HEADER_NAME_PATTERN, NO_NUL, fail_at, ref_pattern
-from syncd.schema.patterns import URL_PATTERN
+from syncd.schema.patterns import URL_PATTERN, compiled
 from syncd.schema.secrets import MSG_MASKED, secret_text_schema, unmasked
 
 __all__ = ["AUTH_TYPES", "OAUTH2_GRANTS", "AuthBridge", "is_http_url", "validate_auth"]
@@ -37,11 +37,8 @@ _NON_STRING = frozenset({"scopes", "extra"})
 _RESERVED_FORM = frozenset(
     {"grant_type", "refresh_token", "scope", "audience", "client_id", "client_secret"}
 )
-_HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 # The opening of a reference, whose colon is no part of the value (``${env:JIRA_EMAIL}``).
 _REF_OPENING = re.compile(r"\$\{(?:env|file):")
-# Answers show masked values as the mask (secrets.shown_auth): sent back (a GET body PATCHed
-# as it was), the mask would replace the secret. Refused, as ``syncd edit`` refuses it.
 
 
 def validate_auth(auth: Any) -> dict[str, str]:
@@ -70,7 +67,7 @@ def validate_auth(auth: Any) -> dict[str, str]:
             errors[f"{where}.in"] = "Must be 'header' or 'query'"
         if "${" in auth["name"]:
             errors[f"{where}.name"] = "Must be a name, not a reference"
-        elif auth["in"] == "header" and not _HEADER_NAME.fullmatch(auth["name"]):
+        elif auth["in"] == "header" and not compiled(HEADER_NAME_PATTERN).fullmatch(auth["name"]):
             errors[f"{where}.name"] = "Invalid header name"
     elif kind == "basic" and ":" in _REF_OPENING.sub("", auth["username"]):
         # The resolved value is checked again when it is sent (basic_credentials).
@@ -93,6 +90,8 @@ def _string_problem(value: Any) -> str | None:
     if not isinstance(value, str) or not value:
         return "Must be a non-empty string"
     if value == MASK:
+        # Answers show masked values as the mask (secrets.shown_auth): sent back (a GET body
+        # PATCHed as it was), it would replace the secret. Refused, as ``syncd edit`` does.
         return MSG_MASKED
     if problem := check_refs(value):
         return problem
