@@ -49,11 +49,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from syncd.http.transport import Transport
 from syncd.indexers.base import IndexerContext
-from syncd.indexers.chunking import Chunker
-from syncd.indexers.pgchunks import ChunkSpec, create_statements, vector_text
-from syncd.indexers.pgtable import TableSpec, document_row, row_arrays, upsert_sql
-from syncd.indexers.pgtable import create_statements as table_statements
 from syncd.indexers.pgvector import PgvectorIndexer
+from syncd.indexers.pgvector.chunking import Chunker
+from syncd.indexers.pgvector.chunks import ChunkSpec, create_statements, vector_text
+from syncd.indexers.postgres.table import TableSpec, document_row, row_arrays, upsert_sql
+from syncd.indexers.postgres.table import create_statements as table_statements
 from syncd.models import DocStatus, Document, DocumentFields, utcnow
 from tests.integration.pgvector_server import PgvectorServer
 

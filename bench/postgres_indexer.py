@@ -63,7 +63,7 @@ from syncd.config import Config
 from syncd.daemon import Daemon
 from syncd.daemon.heap import tune_collector
 from syncd.indexers.base import BatchFailures
-from syncd.indexers.pgtable import TableSpec, create_statements
+from syncd.indexers.postgres.table import TableSpec, create_statements
 from syncd.models import DocStatus, Document
 from syncd.observability.logs import configure_logging
 

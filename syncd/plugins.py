@@ -1,9 +1,12 @@
-"""Kinds of sources and indexers: one type object per kind, and the registry that holds them.
+"""The registry of source and indexer kinds, and the built-in kinds it starts with.
 
-A kind is everything syncd knows about a ``{"type": name, ...}`` config besides the code that
-runs it: the factory, the model of its config (``config_model``: a pydantic model, from which
+A kind (:class:`~syncd.sources.base.SourceKind`, :class:`~syncd.indexers.base.IndexerKind`)
+is everything syncd knows about a ``{"type": name, ...}`` config besides the code that runs
+it: the factory, the model of its config (``config_model``: a pydantic model, from which
 both the request validation and the JSON Schema come), which of its values are secrets, and
-what it can do (capabilities). Built-in kinds, entry-point plugins (groups ``syncd.sources`` and
+what it can do (capabilities). Each built-in kind declares its own, beside its code
+(``syncd/sources/http/``, ``syncd/indexers/<kind>/``, each with its ``KIND``), and is
+registered here by one line. Entry-point plugins (groups ``syncd.sources`` and
 ``syncd.indexers``) and kinds registered on an embedding daemon all land here the same way.
 
 A plugin may register a :class:`SourceKind` / :class:`IndexerKind`, or a plain factory (a
@@ -23,95 +26,41 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from importlib.metadata import entry_points
 from typing import Any
 
 import structlog
-from pydantic import BaseModel
 
 from syncd.errors import ConfigError
-from syncd.indexers.base import Indexer, IndexerContext, IndexerFactory
+from syncd.indexers import opensearch, pgvector, postgres, store, webhook
+from syncd.indexers.base import (
+    Indexer,
+    IndexerCheck,
+    IndexerContext,
+    IndexerFactory,
+    IndexerKind,
+    indexer_secrets,
+)
 from syncd.models import Connector
 from syncd.observability.logs import register_secret
-from syncd.schema.indexers import (
-    OpenSearchIndexerConfig,
-    PgvectorIndexerConfig,
-    PostgresIndexerConfig,
-    StoreIndexerConfig,
-    WebhookIndexerConfig,
-)
-from syncd.schema.kinds import HttpSourceConfig
-from syncd.sources.base import SourceFactory
-from syncd.sources.secrets import connector_secrets
+from syncd.sources import http
+from syncd.sources.base import SourceFactory, SourceKind, source_secrets
 
 log = structlog.get_logger("syncd.plugins")
-
-SecretsOf = Callable[[Mapping[str, Any]], Iterable[str]]
-"""The secret values of a kind's config (literal or resolved), for the log redaction."""
-
-IndexerCheck = Callable[[Mapping[str, Any], IndexerContext], Awaitable[list[str]]]
-"""``check(config, context)``: reach an indexer's target without writing to it; the problems
-found (``[]``: none). What ``syncd validate --connect`` runs."""
 
 DEFAULT_SOURCE_KIND = "http"
 DEFAULT_INDEXER_KIND = "store"
 
 
-def source_secrets(config: Mapping[str, Any]) -> set[str]:
-    """Secrets of a source config: header values, ``${env:}``/``${file:}`` references, URL
-    passwords, auth values and values under secret-like keys."""
-    return connector_secrets(config, None)
+def builtin_source_kinds() -> list[SourceKind]:
+    """The built-in source kinds."""
+    return [http.KIND]
 
 
-def indexer_secrets(config: Mapping[str, Any]) -> set[str]:
-    """Secrets of an indexer config, found by the same rules as :func:`source_secrets`."""
-    return connector_secrets({}, config)
-
-
-@dataclass(frozen=True)
-class SourceKind:
-    """A kind of source.
-
-    ``config_model``: the pydantic model of its config (``None``: any object is accepted).
-    ``stateful``: its instances have a ``checkpoint()`` saved with each committed page
-    (:class:`syncd.sources.base.StatefulSource`).
-    """
-
-    name: str
-    factory: SourceFactory
-    config_model: type[BaseModel] | None = None
-    secrets: SecretsOf = source_secrets
-    stateful: bool = False
-
-
-@dataclass(frozen=True)
-class IndexerKind:
-    """A kind of indexer.
-
-    ``config_model``: the pydantic model of its config (``None``: any object is accepted).
-    ``indexed_on_commit``: its whole work is the store keeping the document, so a crawl marks
-    documents indexed in the page's own transaction and they skip the queue.
-    ``needs_payload``: workers load documents' payloads for it.
-    ``supports_delete``: its instances have ``async delete(document)``, called for documents
-    gone at the source (DESIGN.md §11); without it they are marked ``deleted`` without a call.
-    A kind that is ``indexed_on_commit`` or does not support delete deletes at once, in the
-    transaction that decides it (no queue: :func:`syncd.rules.deletes_at_once`).
-    ``check``: :data:`IndexerCheck`, run by ``syncd validate --connect`` on a config that
-    passed validation, with the transport the daemon would use; it reports what keeps the
-    target from taking the documents (unreachable, refused credentials, wrong shape) as one
-    sentence each, secrets left out, and creates or changes nothing. ``None``: the kind has
-    nothing to reach, or no way to look.
-    """
-
-    name: str
-    factory: IndexerFactory
-    config_model: type[BaseModel] | None = None
-    secrets: SecretsOf = indexer_secrets
-    indexed_on_commit: bool = False
-    needs_payload: bool = True
-    supports_delete: bool = False
-    check: IndexerCheck | None = None
+def builtin_indexer_kinds() -> list[IndexerKind]:
+    """The built-in indexer kinds."""
+    return [store.KIND, webhook.KIND, opensearch.KIND, postgres.KIND, pgvector.KIND]
 
 
 def as_source_kind(name: str, plugin: SourceKind | SourceFactory) -> SourceKind:
@@ -149,62 +98,6 @@ def _declared_check(factory: IndexerFactory) -> IndexerCheck | None:
 
 def _renamed(kind: Any, name: str) -> Any:
     return replace(kind, name=name)
-
-
-def builtin_source_kinds() -> list[SourceKind]:
-    """The built-in source kinds."""
-    # Imported here: the http source pulls in the transport (aiohttp), which a caller that
-    # only validates bodies does not otherwise need.
-    from syncd.sources.http import HttpSource
-
-    return [SourceKind("http", HttpSource, config_model=HttpSourceConfig, stateful=True)]
-
-
-def builtin_indexer_kinds() -> list[IndexerKind]:
-    """The built-in indexer kinds."""
-    from syncd.indexers.opensearch import OpenSearchIndexer, opensearch_secrets
-    from syncd.indexers.pgvector import PgvectorIndexer, pgvector_secrets
-    from syncd.indexers.postgres import PostgresIndexer, postgres_secrets
-    from syncd.indexers.store import StoreIndexer
-    from syncd.indexers.webhook import WebhookIndexer
-
-    return [
-        IndexerKind(
-            "store",
-            StoreIndexer,
-            config_model=StoreIndexerConfig,
-            indexed_on_commit=True,
-            needs_payload=False,
-            supports_delete=True,
-        ),
-        IndexerKind(
-            "webhook", WebhookIndexer, config_model=WebhookIndexerConfig, supports_delete=True
-        ),
-        IndexerKind(
-            "opensearch",
-            OpenSearchIndexer,
-            config_model=OpenSearchIndexerConfig,
-            secrets=opensearch_secrets,
-            supports_delete=True,
-            check=OpenSearchIndexer.check,
-        ),
-        IndexerKind(
-            "postgres",
-            PostgresIndexer,
-            config_model=PostgresIndexerConfig,
-            secrets=postgres_secrets,
-            supports_delete=True,
-            check=PostgresIndexer.check,
-        ),
-        IndexerKind(
-            "pgvector",
-            PgvectorIndexer,
-            config_model=PgvectorIndexerConfig,
-            secrets=pgvector_secrets,
-            supports_delete=True,
-            check=PgvectorIndexer.check,
-        ),
-    ]
 
 
 class Registry:

@@ -3,7 +3,7 @@
 Only the fields the contract names leave this module: internal state (``resume_cursor``,
 ``source_state``, document leases) never does, and secrets in a connector's configuration
 are shown as ``"***"`` (``source.auth`` shows its shape: see
-:func:`syncd.sources.secrets.shown_auth`).
+:func:`syncd.config.secrets.shown_auth`).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from typing import Any
 
 import orjson
 
+from syncd.config import secrets
 from syncd.models import (
     Connector,
     ConnectorStatus,
@@ -26,9 +27,7 @@ from syncd.models import (
     SyncStatus,
     WaitReason,
 )
-
-MASK = "***"
-
+from syncd.observability.logs import MASK
 
 # The encoder ``web.json_response`` uses (``json.dumps`` with its defaults): the texts below
 # are spliced from its output, so every body stays byte for byte what it was.
@@ -241,18 +240,13 @@ def redact_source(source: Mapping[str, Any]) -> dict[str, Any]:
     The source layer knows which values are secret; header values are masked here as well
     so that a header can never leak, whatever that layer decides.
     """
-    # Imported here: the sources package pulls in the HTTP transport.
-    from syncd.sources.secrets import redact_source as redact
-
-    return _mask_headers(redact(source))
+    return _mask_headers(secrets.redact_source(source))
 
 
 def redact_indexer(indexer: Mapping[str, Any]) -> dict[str, Any]:
     """The indexer's configuration masked like a source's (webhook headers, plugin tokens;
     an ``auth`` of a plugin's own is masked whole)."""
-    from syncd.sources.secrets import redact_config
-
-    return _mask_headers(redact_config(indexer))
+    return _mask_headers(secrets.redact_config(indexer))
 
 
 def _mask_headers(config: dict[str, Any]) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """``syncd validate --connect``: after the offline checks, reach the connector's indexer
 target the way the daemon would, without writing to it.
 
-The indexer kind's :data:`~syncd.plugins.IndexerCheck` runs with the transport a daemon on
+The indexer kind's :data:`~syncd.indexers.base.IndexerCheck` runs with the transport a daemon on
 this configuration builds (:func:`~syncd.daemon.transport.daemon_transport`: the same
 timeouts, retries, private-address guard and rate-limit waits; per-host budgets are left
 out, one request has nothing to share), so it refuses nothing the daemon would allow.

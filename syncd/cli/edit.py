@@ -26,8 +26,7 @@ from typing import Any, TextIO
 import yaml
 
 from syncd.cli.files import ConnectorFileError, parse_connector_text
-
-MASK = "***"
+from syncd.observability.logs import MASK
 
 # The keys a PATCH may change, in the order the file shows them. `status` is left to
 # `pause`/`resume`; read-only fields (id, run state, counts) are not shown.

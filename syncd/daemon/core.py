@@ -37,8 +37,8 @@ from syncd.daemon.transport import daemon_transport
 from syncd.http.budget import HostBudgets
 from syncd.http.budget_redis import open_budgets
 from syncd.http.transport import Transport
-from syncd.indexers.base import IndexerContext, IndexerFactory
-from syncd.indexers.pgpool import PostgresPools
+from syncd.indexers.base import IndexerContext, IndexerFactory, IndexerKind
+from syncd.indexers.postgres.pool import PostgresPools
 from syncd.indexing.lease import Leases
 from syncd.indexing.maintenance import Maintenance
 from syncd.indexing.sweeper import Sweeper
@@ -48,7 +48,7 @@ from syncd.observability.metrics import Metrics, watch_loop_lag
 from syncd.pipeline.admission import Admission
 from syncd.pipeline.builder import SourceBuilder
 from syncd.pipeline.engine import SyncEngine
-from syncd.plugins import IndexerKind, Indexers, Registry, SourceKind
+from syncd.plugins import Indexers, Registry
 from syncd.queue import WorkQueue, open_queue
 from syncd.runtime.changes import ChangeFeed
 from syncd.runtime.outage import OutagePolicy
@@ -59,7 +59,7 @@ from syncd.service.control import Control
 from syncd.service.events import EventHub
 from syncd.service.operations import ConnectorService
 from syncd.service.preview import Previewer
-from syncd.sources.base import SourceFactory
+from syncd.sources.base import SourceFactory, SourceKind
 from syncd.store import Store, open_store
 
 log = structlog.get_logger("syncd.daemon.core")

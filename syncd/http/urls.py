@@ -11,7 +11,7 @@ import aiohttp
 from yarl import URL
 
 from syncd.errors import SourceError
-from syncd.observability.logs import mask_url_passwords
+from syncd.observability.logs import MASK, mask_url_passwords
 
 __all__ = ["describe_url", "redirect_target", "safe_url", "with_url_auth"]
 
@@ -31,7 +31,7 @@ def describe_url(url: str | URL) -> str:
     the values (a resolved ``${env:…}`` secret among them) never reach it."""
     try:
         parsed = URL(url)
-        masked = [(name, "***") for name in parsed.query]
+        masked = [(name, MASK) for name in parsed.query]
         base = parsed.with_user(None).with_query(None).with_fragment(None)
         # Built by hand: yarl would percent-encode the mask.
         query = "&".join(f"{name}={value}" for name, value in masked)

@@ -1,5 +1,5 @@
-"""Indexers: the plugin protocol and the built-in ``store``, ``webhook``, ``opensearch``,
-``postgres`` and ``pgvector`` indexers."""
+"""Indexers: the plugin protocol (:mod:`.base`) and the built-in ``store``, ``webhook``,
+``opensearch``, ``postgres`` and ``pgvector`` indexers, one package each."""
 
 from __future__ import annotations
 
@@ -11,24 +11,11 @@ from syncd.indexers.base import (
     Indexer,
     IndexerContext,
     IndexerFactory,
+    IndexerKind,
     Transient,
 )
-from syncd.indexers.opensearch import OpenSearchIndexer
-from syncd.indexers.pgvector import PgvectorIndexer
-from syncd.indexers.postgres import PostgresIndexer
-from syncd.indexers.store import StoreIndexer
-from syncd.indexers.webhook import WebhookIndexer
-
-BUILTIN_INDEXERS: dict[str, IndexerFactory] = {
-    "store": StoreIndexer,
-    "webhook": WebhookIndexer,
-    "opensearch": OpenSearchIndexer,
-    "postgres": PostgresIndexer,
-    "pgvector": PgvectorIndexer,
-}
 
 __all__ = [
-    "BUILTIN_INDEXERS",
     "BatchDeletingIndexer",
     "BatchFailures",
     "BatchIndexer",
@@ -36,5 +23,6 @@ __all__ = [
     "Indexer",
     "IndexerContext",
     "IndexerFactory",
+    "IndexerKind",
     "Transient",
 ]

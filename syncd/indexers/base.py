@@ -1,16 +1,20 @@
-"""Indexer plugin protocol (DESIGN.md §7, §8)."""
+"""Indexer plugin protocol (DESIGN.md §7, §8), and :class:`IndexerKind`, the type object of
+a kind."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from pydantic import BaseModel
+
+from syncd.config.secrets import SecretsOf, connector_secrets
 from syncd.models import Document
 
 if TYPE_CHECKING:
     from syncd.http.transport import Transport
-    from syncd.indexers.pgpool import PostgresPools
+    from syncd.indexers.postgres.pool import PostgresPools
 
 
 @runtime_checkable
@@ -101,3 +105,43 @@ class IndexerContext:
 
 
 IndexerFactory = Callable[[Mapping[str, Any], IndexerContext], Indexer]
+
+IndexerCheck = Callable[[Mapping[str, Any], IndexerContext], Awaitable[list[str]]]
+"""``check(config, context)``: reach an indexer's target without writing to it; the problems
+found (``[]``: none). What ``syncd validate --connect`` runs."""
+
+
+def indexer_secrets(config: Mapping[str, Any]) -> set[str]:
+    """Secrets of an indexer config, found by the generic rules
+    (:func:`syncd.config.secrets.connector_secrets`)."""
+    return connector_secrets({}, config)
+
+
+@dataclass(frozen=True)
+class IndexerKind:
+    """A kind of indexer: everything syncd knows about a ``{"type": name, ...}`` indexer
+    config besides the code that runs it (:mod:`syncd.plugins` holds the registry of them).
+
+    ``config_model``: the pydantic model of its config (``None``: any object is accepted).
+    ``indexed_on_commit``: its whole work is the store keeping the document, so a crawl marks
+    documents indexed in the page's own transaction and they skip the queue.
+    ``needs_payload``: workers load documents' payloads for it.
+    ``supports_delete``: its instances have ``async delete(document)``, called for documents
+    gone at the source (DESIGN.md §11); without it they are marked ``deleted`` without a call.
+    A kind that is ``indexed_on_commit`` or does not support delete deletes at once, in the
+    transaction that decides it (no queue: :func:`syncd.rules.deletes_at_once`).
+    ``check``: :data:`IndexerCheck`, run by ``syncd validate --connect`` on a config that
+    passed validation, with the transport the daemon would use; it reports what keeps the
+    target from taking the documents (unreachable, refused credentials, wrong shape) as one
+    sentence each, secrets left out, and creates or changes nothing. ``None``: the kind has
+    nothing to reach, or no way to look.
+    """
+
+    name: str
+    factory: IndexerFactory
+    config_model: type[BaseModel] | None = None
+    secrets: SecretsOf = indexer_secrets
+    indexed_on_commit: bool = False
+    needs_payload: bool = True
+    supports_delete: bool = False
+    check: IndexerCheck | None = None

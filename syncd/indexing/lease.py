@@ -28,12 +28,11 @@ import structlog
 
 from syncd.config.sections import WorkersConfig
 from syncd.errors import QueueError, SyncdError
-from syncd.indexers.base import Indexer
+from syncd.indexers.base import Indexer, IndexerKind
 from syncd.indexing.batch import Result, Tally, run_indexer
 from syncd.indexing.maintenance import Maintenance
 from syncd.models import Connector, ConnectorStatus, DocStatus, new_id, utcnow
 from syncd.observability.metrics import Metrics
-from syncd.plugins import IndexerKind
 from syncd.queue.base import Batch, WorkQueue
 from syncd.rules.documents import split_retries
 from syncd.rules.shape import is_costly, shaped

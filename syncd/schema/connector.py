@@ -32,6 +32,7 @@ from syncd.schema.document import DocumentMapping
 from syncd.schema.fields import (
     NO_NUL,
     CronExpression,
+    Flag,
     HashFields,
     Name,
     PageRetries,
@@ -80,19 +81,12 @@ def _status(value: Any) -> Any:
     return value
 
 
-def _flag(value: Any) -> Any:
-    if not isinstance(value, bool):
-        fail("Must be true or false")
-    return value
-
-
 def _fraction(value: Any) -> Any:
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
         fail("Must be a number between 0 and 1")
     return value
 
 
-Flag = Annotated[bool, Field(strict=True), BeforeValidator(_flag)]
 Fraction = Annotated[float, Field(ge=0, le=1), BeforeValidator(_fraction)]
 
 _SCHEDULE = "A 5-field cron expression (UTC unless `sync_timezone`); null: manual syncs only."

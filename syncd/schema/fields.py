@@ -22,6 +22,7 @@ from pydantic_core.core_schema import ValidatorFunctionWrapHandler
 from yarl import URL
 
 from syncd import paths
+from syncd.config.secrets import check_refs
 from syncd.rules import cron
 from syncd.schema.patterns import CRON_PATTERN, URL_PATTERN, compiled, time_zones
 
@@ -172,11 +173,14 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _is_number(value: Any) -> bool:
+def is_number(value: Any) -> bool:
+    """Whether ``value`` is a JSON number (an int or a float, not a bool)."""
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def _int_between(low: int, high: int) -> Callable[[Any], Any]:
+def int_between(low: int, high: int) -> Callable[[Any], Any]:
+    """A check of an integer from ``low`` to ``high`` (an integral float taken as the int)."""
+
     def check(value: Any) -> Any:
         # 20.0 is the integer 20 in JSON (and in JSON Schema, whose "integer" admits it): a
         # JavaScript client cannot even tell them apart. Taken as the int.
@@ -191,22 +195,19 @@ def _int_between(low: int, high: int) -> Callable[[Any], Any]:
 
 def _seconds(value: Any) -> Any:
     # Compared before any float(): a 400-digit integer does not fit a float; NaN fails both.
-    if not _is_number(value) or not 0 <= value <= SECONDS_MAX:
+    if not is_number(value) or not 0 <= value <= SECONDS_MAX:
         fail(f"Must be a number of seconds between 0 and {SECONDS_MAX}")
     return value
 
 
 def _timeout(value: Any) -> Any:
-    if not _is_number(value) or not 0 < value <= TIMEOUT_MAX:
+    if not is_number(value) or not 0 < value <= TIMEOUT_MAX:
         fail(f"Must be a number of seconds > 0 and <= {TIMEOUT_MAX}")
     return value
 
 
 def ref_problem(value: str) -> str | None:
     """Why a ``${env:}``/``${file:}`` reference in ``value`` is malformed (``None``: none is)."""
-    # Imported here: the sources package pulls in the transport, which validation does not need.
-    from syncd.sources.secrets import check_refs
-
     return check_refs(value) if "${" in value else None
 
 
@@ -317,6 +318,12 @@ def _params(value: Any) -> Any:
     return dict(value)
 
 
+def _flag(value: Any) -> Any:
+    if not isinstance(value, bool):
+        fail("Must be true or false")
+    return value
+
+
 def _name(value: Any) -> Any:
     if not isinstance(value, str):
         fail(MSG_STRING)
@@ -346,7 +353,8 @@ def _timezone(value: Any) -> Any:
     return value
 
 
-def _statuses(value: Any) -> Any:
+def status_list(value: Any) -> Any:
+    """The check of a list of HTTP statuses (each one checked by its own type)."""
     if not isinstance(value, list | tuple):
         fail("Must be a list of HTTP status codes")
     return list(value)
@@ -358,38 +366,41 @@ def absent(**kwargs: Any) -> Any:
     return Field(None, **kwargs)
 
 
-def _pattern(pattern: str) -> Any:
+def pattern_of(pattern: str) -> Any:
+    """The JSON Schema ``pattern`` of a string type, described only: its validator checks."""
     return Field(json_schema_extra={"pattern": pattern})
 
 
 # --- types -------------------------------------------------------------------------------
 
 PageRetries = Annotated[
-    int, Field(strict=True, ge=0, le=PAGE_RETRIES_MAX), BeforeValidator(_int_between(0, 20))
+    int, Field(strict=True, ge=0, le=PAGE_RETRIES_MAX), BeforeValidator(int_between(0, 20))
 ]
 Seconds = Annotated[float, Field(ge=0, le=SECONDS_MAX), BeforeValidator(_seconds)]
 RunRetries = Annotated[
     int,
     Field(strict=True, ge=0, le=RUN_RETRIES_MAX),
-    BeforeValidator(_int_between(0, RUN_RETRIES_MAX)),
+    BeforeValidator(int_between(0, RUN_RETRIES_MAX)),
 ]
 StatusCode = Annotated[
     int,
     Field(strict=True, ge=STATUS_MIN, le=STATUS_MAX),
-    BeforeValidator(_int_between(STATUS_MIN, STATUS_MAX)),
+    BeforeValidator(int_between(STATUS_MIN, STATUS_MAX)),
 ]
-StatusCodes = Annotated[list[StatusCode], BeforeValidator(_statuses)]
+StatusCodes = Annotated[list[StatusCode], BeforeValidator(status_list)]
 MaxPages = Annotated[
-    int, Field(strict=True, ge=1, le=MAX_PAGES_MAX), BeforeValidator(_int_between(1, MAX_PAGES_MAX))
+    int, Field(strict=True, ge=1, le=MAX_PAGES_MAX), BeforeValidator(int_between(1, MAX_PAGES_MAX))
 ]
 Limit = Annotated[
-    int, Field(strict=True, ge=1, le=LIMIT_MAX), BeforeValidator(_int_between(1, LIMIT_MAX))
+    int, Field(strict=True, ge=1, le=LIMIT_MAX), BeforeValidator(int_between(1, LIMIT_MAX))
 ]
 Start = Annotated[
-    int, Field(strict=True, ge=0, le=START_MAX), BeforeValidator(_int_between(0, START_MAX))
+    int, Field(strict=True, ge=0, le=START_MAX), BeforeValidator(int_between(0, START_MAX))
 ]
+Flag = Annotated[bool, Field(strict=True), BeforeValidator(_flag)]
+"""``true`` or ``false``, nothing else."""
 TimeoutSeconds = Annotated[float, Field(gt=0, le=TIMEOUT_MAX), BeforeValidator(_timeout)]
-Name = Annotated[str, BeforeValidator(_name), _pattern(NAME_PATTERN)]
+Name = Annotated[str, BeforeValidator(_name), pattern_of(NAME_PATTERN)]
 CronExpression = Annotated[
     str | None,
     BeforeValidator(_cron),
@@ -421,19 +432,19 @@ TimeZoneName = Annotated[
         }
     ),
 ]
-HttpUrl = Annotated[str, BeforeValidator(_url), _pattern(URL_PATTERN)]
-FieldPath = Annotated[str, BeforeValidator(_path), _pattern(PATH_PATTERN)]
+HttpUrl = Annotated[str, BeforeValidator(_url), pattern_of(URL_PATTERN)]
+FieldPath = Annotated[str, BeforeValidator(_path), pattern_of(PATH_PATTERN)]
 NonEmptyText = Annotated[str, Field(min_length=1), BeforeValidator(_non_empty)]
 HashFields = Annotated[
     Annotated[list[FieldPath], Field(min_length=1, max_length=HASH_FIELDS_MAX)] | None,
     BeforeValidator(_hash_fields),
 ]
 """A connector's ``hash_fields``: null, or 1 to 100 paths."""
-HeaderName = Annotated[str, BeforeValidator(_header_name), _pattern(HEADER_NAME_PATTERN)]
-HeaderValue = Annotated[str, _pattern(ref_pattern("\\r\\n"))]
+HeaderName = Annotated[str, BeforeValidator(_header_name), pattern_of(HEADER_NAME_PATTERN)]
+HeaderValue = Annotated[str, pattern_of(ref_pattern("\\r\\n"))]
 Headers = Annotated[dict[HeaderName, HeaderValue], BeforeValidator(_headers)]
 """Request headers: token names (RFC 9110), one-line values that may hold references."""
-RefText = Annotated[str, _pattern(ref_pattern())]
+RefText = Annotated[str, pattern_of(ref_pattern())]
 ParamValue = RefText | bool | int | float
 Params = Annotated[dict[str, ParamValue], BeforeValidator(_params)]
 """Query parameters: text (references allowed), numbers, booleans (sent as true/false)."""

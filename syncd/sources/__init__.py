@@ -1,20 +1,6 @@
-"""Sources: the plugin protocol and the built-in ``http`` source."""
+"""Sources: the plugin protocol (:mod:`.base`), synchronous sources run in threads
+(:mod:`.threaded`) and the built-in ``http`` source (:mod:`.http`)."""
 
-from syncd.sources.base import Source, SourceContext, SourceFactory, StatefulSource
-from syncd.sources.http import HttpSource, validate_http_source
-from syncd.sources.secrets import redact_source, resolve_refs
+from syncd.sources.base import Source, SourceContext, SourceFactory, SourceKind, StatefulSource
 
-BUILTIN_SOURCES: dict[str, SourceFactory] = {"http": HttpSource}
-"""Source types available without plugins, by name."""
-
-__all__ = [
-    "BUILTIN_SOURCES",
-    "HttpSource",
-    "Source",
-    "SourceContext",
-    "SourceFactory",
-    "StatefulSource",
-    "redact_source",
-    "resolve_refs",
-    "validate_http_source",
-]
+__all__ = ["Source", "SourceContext", "SourceFactory", "SourceKind", "StatefulSource"]

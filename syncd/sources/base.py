@@ -1,4 +1,4 @@
-"""Source plugin protocol (DESIGN.md §8).
+"""Source plugin protocol (DESIGN.md §8), and :class:`SourceKind`, the type object of a kind.
 
 A source turns a cursor into a :class:`~syncd.models.Page`. The built-in ``http`` source and
 Python plugins (entry-point group ``syncd.sources``, or ``Daemon.register_source``) are both
@@ -11,6 +11,9 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from pydantic import BaseModel
+
+from syncd.config.secrets import SecretsOf, connector_secrets
 from syncd.models import Page, WaitReason
 
 if TYPE_CHECKING:
@@ -70,3 +73,26 @@ class SourceContext:
 
 
 SourceFactory = Callable[[Mapping[str, Any], SourceContext], Source | BlockingSource]
+
+
+def source_secrets(config: Mapping[str, Any]) -> set[str]:
+    """Secrets of a source config: header values, ``${env:}``/``${file:}`` references, URL
+    passwords, auth values and values under secret-like keys."""
+    return connector_secrets(config, None)
+
+
+@dataclass(frozen=True)
+class SourceKind:
+    """A kind of source: everything syncd knows about a ``{"type": name, ...}`` source config
+    besides the code that runs it (:mod:`syncd.plugins` holds the registry of them).
+
+    ``config_model``: the pydantic model of its config (``None``: any object is accepted).
+    ``stateful``: its instances have a ``checkpoint()`` saved with each committed page
+    (:class:`StatefulSource`).
+    """
+
+    name: str
+    factory: SourceFactory
+    config_model: type[BaseModel] | None = None
+    secrets: SecretsOf = source_secrets
+    stateful: bool = False

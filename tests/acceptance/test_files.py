@@ -14,7 +14,7 @@ from typing import Any
 import asyncpg
 from aiohttp import web
 
-from syncd.indexers.opensearch_bulk import INDEX_MAPPINGS
+from syncd.indexers.opensearch.bulk import INDEX_MAPPINGS
 from tests.acceptance.conftest import CLI_TIMEOUT, Harness, Result, base_environ, http_source
 from tests.integration.searchserver import SearchServer
 from tests.integration.sourceserver import SourceServer, make_records

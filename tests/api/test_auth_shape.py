@@ -16,7 +16,7 @@ import pytest
 from syncd.cli.entry import execute
 from syncd.cli.io import Streams
 from syncd.cli.parser import build_parser
-from syncd.sources.secrets import REDACTED as M
+from syncd.observability.logs import MASK as M
 from tests.unit.test_cli import editor, kept_files
 
 from .conftest import Api, Harness

@@ -26,7 +26,7 @@ from syncd.models import (
     Waiting,
     WaitReason,
 )
-from syncd.plugins import SourceKind
+from syncd.sources.base import SourceKind
 from tests.integration.sourceserver import SourceServer
 
 from .conftest import (

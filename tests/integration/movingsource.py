@@ -163,9 +163,7 @@ class MovingSource(LoopbackServer):
             }
             return self._served(
                 "pages",
-                web.Response(
-                    status=400, text=json.dumps(error), content_type="application/json"
-                ),
+                web.Response(status=400, text=json.dumps(error), content_type="application/json"),
             )
         chunk = rows[(page - 1) * per_page : page * per_page]
         return self._served("pages", web.json_response(chunk, headers=headers))

@@ -10,8 +10,8 @@ import pytest
 from aiohttp import web
 
 from syncd.daemon import Daemon
+from syncd.indexers.base import IndexerKind
 from syncd.models import DocStatus, Document
-from syncd.plugins import IndexerKind
 from tests.integration.conftest import http_source
 from tests.integration.loopback import LoopbackServer
 from tests.integration.sourceserver import SourceServer

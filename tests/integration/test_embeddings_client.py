@@ -1,4 +1,4 @@
-"""The embeddings client of the ``pgvector`` indexer (:mod:`syncd.indexers.embeddings`)
+"""The embeddings client of the ``pgvector`` indexer (:mod:`syncd.indexers.pgvector.embeddings`)
 against the local OpenAI-compatible server of :mod:`tests.integration.embeddingserver`: the
 request it sends, batching, the checks of the answer, refusals, retries through the
 transport, and the API key kept out of errors."""
@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from syncd.http.transport import Transport
-from syncd.indexers.embeddings import EmbeddingsClient, EmbeddingsError, endpoint_url
+from syncd.indexers.pgvector.embeddings import EmbeddingsClient, EmbeddingsError, endpoint_url
 from syncd.observability.logs import redact
 from tests.integration.embeddingserver import EmbeddingServer, embed_text
 

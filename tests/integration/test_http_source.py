@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from syncd.config.secrets import check_refs, redact_source, resolve_refs
 from syncd.errors import (
     Aborted,
     ClientTimeoutError,
@@ -21,11 +22,13 @@ from syncd.http.paginator import AsyncCursorPaginator, CancelToken
 from syncd.http.timeouts import Timeouts
 from syncd.http.transport import Response, Transport
 from syncd.models import Page
+from syncd.observability.logs import MASK
 from syncd.paths import MSG_PATH, get_path
-from syncd.sources import BUILTIN_SOURCES, HttpSource, StatefulSource, validate_http_source
+from syncd.plugins import Registry
+from syncd.sources import StatefulSource
 from syncd.sources.base import SourceContext
-from syncd.sources.pagination import NextUrlPagination, parse_link_header
-from syncd.sources.secrets import REDACTED, check_refs, redact_source, resolve_refs
+from syncd.sources.http import HttpSource, validate_http_source
+from syncd.sources.http.pagination import NextUrlPagination, parse_link_header
 from tests.integration.sourceserver import SourceServer, make_records
 
 
@@ -364,8 +367,10 @@ async def test_abort_interrupts_a_hung_page_request(
 
 
 def test_builtin_sources_registry() -> None:
-    assert set(BUILTIN_SOURCES) == {"http"}
-    assert BUILTIN_SOURCES["http"] is HttpSource
+    registry = Registry.builtin()
+    assert registry.source_names == {"http"}
+    kind = registry.find_source("http")
+    assert kind is not None and kind.factory is HttpSource
 
 
 # --- validation -----------------------------------------------------------------------
@@ -503,12 +508,12 @@ def test_redact_source() -> None:
     redacted = redact_source(config)
     assert redacted == {
         "type": "http",
-        "url": f"https://user:{REDACTED}@api.example.com/items?api_key={REDACTED}&limit=5",
-        "params": {"limit": 5, "api_key": REDACTED, "access_token": REDACTED},
-        "headers": {"Authorization": REDACTED, "Accept": REDACTED},
+        "url": f"https://user:{MASK}@api.example.com/items?api_key={MASK}&limit=5",
+        "params": {"limit": 5, "api_key": MASK, "access_token": MASK},
+        "headers": {"Authorization": MASK, "Accept": MASK},
         "pagination": {"type": "cursor", "next_cursor": "meta.next_token"},
         # No known type: every value is masked (secrets.shown_auth).
-        "auth": {"client_secret": REDACTED, "username": REDACTED, "password": REDACTED},
+        "auth": {"client_secret": MASK, "username": MASK, "password": MASK},
         "records": "data",
     }
     assert config["headers"]["Authorization"] == "Bearer ${env:TOKEN}"  # input untouched

@@ -17,12 +17,11 @@ import pytest
 
 from syncd.api import views
 from syncd.daemon import Daemon
-from syncd.indexers.opensearch import OpenSearchIndexer, opensearch_secrets
-from syncd.indexers.opensearch_bulk import INDEX_MAPPINGS, document_id
+from syncd.indexers.base import IndexerKind
+from syncd.indexers.opensearch import OpenSearchIndexer, OpenSearchIndexerConfig, opensearch_secrets
+from syncd.indexers.opensearch.bulk import INDEX_MAPPINGS, document_id
 from syncd.models import DocStatus
 from syncd.observability.logs import configure_logging
-from syncd.plugins import IndexerKind
-from syncd.schema.indexers import OpenSearchIndexerConfig
 from tests.integration.conftest import DaemonFactory, http_source
 from tests.integration.indexing import settled, statuses, sync
 from tests.integration.searchmapping import shown

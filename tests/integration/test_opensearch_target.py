@@ -17,7 +17,7 @@ import pytest
 from syncd.http.transport import Transport
 from syncd.indexers.base import IndexerContext
 from syncd.indexers.opensearch import OpenSearchError, OpenSearchIndexer
-from syncd.indexers.opensearch_bulk import INDEX_MAPPINGS, document_id
+from syncd.indexers.opensearch.bulk import INDEX_MAPPINGS, document_id
 from syncd.models import DocStatus, Document, DocumentFields
 from tests.integration.searchmapping import shown
 from tests.integration.searchserver import SearchServer

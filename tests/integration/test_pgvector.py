@@ -18,8 +18,8 @@ import pytest
 from syncd.api import views
 from syncd.http.transport import Transport
 from syncd.indexers.base import IndexerContext
-from syncd.indexers.chunking import Chunker, record_text
 from syncd.indexers.pgvector import PgvectorIndexer
+from syncd.indexers.pgvector.chunking import Chunker, record_text
 from syncd.models import DocStatus
 from syncd.observability.logs import configure_logging
 from tests.integration.conftest import DaemonFactory, http_source

@@ -17,6 +17,7 @@ import pytest
 import structlog
 from aiohttp import web
 
+from syncd.config.secrets import connector_secrets, register_connector_secrets
 from syncd.daemon import Daemon
 from syncd.errors import SourceError
 from syncd.http.paginator import AsyncCursorPaginator
@@ -25,9 +26,8 @@ from syncd.http.transport import Transport
 from syncd.models import ConnectorStatus
 from syncd.observability import logs
 from syncd.observability.logs import MASK, configure_logging, redact
-from syncd.sources import HttpSource
 from syncd.sources.base import SourceContext
-from syncd.sources.secrets import connector_secrets, register_connector_secrets
+from syncd.sources.http import HttpSource
 from tests.integration.conftest import DaemonFactory
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]

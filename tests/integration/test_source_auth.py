@@ -19,16 +19,16 @@ import pytest
 from aiohttp import web
 
 from syncd.api.views import connector_json
+from syncd.config.secrets import connector_secrets
 from syncd.errors import Aborted, ClientError, ServerError, SourceError
 from syncd.http.paginator import AsyncCursorPaginator, CancelToken
 from syncd.http.timeouts import Timeouts
 from syncd.http.transport import Transport
 from syncd.models import Page
 from syncd.observability.logs import MASK, redact
-from syncd.sources import HttpSource
-from syncd.sources.auth import OAUTH2_STATE_KEY, TOKENS, AuthError, TokenCache, validate_auth
 from syncd.sources.base import SourceContext
-from syncd.sources.secrets import connector_secrets
+from syncd.sources.http import HttpSource
+from syncd.sources.http.auth import OAUTH2_STATE_KEY, TOKENS, AuthError, TokenCache, validate_auth
 from tests.integration.conftest import DaemonFactory
 from tests.integration.loopback import LoopbackServer
 

@@ -28,8 +28,8 @@ from syncd.http.guard import BlockedAddressError, GuardedResolver, blocked_addre
 from syncd.http.paginator import AsyncCursorPaginator
 from syncd.http.timeouts import Timeouts
 from syncd.http.transport import Transport
-from syncd.sources import HttpSource
 from syncd.sources.base import SourceContext
+from syncd.sources.http import HttpSource
 from tests.integration.sourceserver import SourceServer
 
 

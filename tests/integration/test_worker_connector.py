@@ -10,8 +10,8 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from syncd.daemon import Daemon
+from syncd.indexers.base import IndexerKind
 from syncd.models import Connector, DocStatus, Document
-from syncd.plugins import IndexerKind
 from tests.integration.conftest import DaemonFactory, http_source
 from tests.integration.sourceserver import SourceServer, make_records
 

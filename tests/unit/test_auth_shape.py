@@ -1,4 +1,4 @@
-"""What of ``source.auth`` is shown (:func:`syncd.sources.secrets.shown_auth`): the shape of
+"""What of ``source.auth`` is shown (:func:`syncd.config.secrets.shown_auth`): the shape of
 each auth kind, ``***`` for every secret, every reference and every key not on the list."""
 
 from __future__ import annotations
@@ -10,10 +10,11 @@ from typing import Any
 import pytest
 
 from syncd.api import views
-from syncd.sources.authcheck import validate_auth
-from syncd.sources.secrets import REDACTED, connector_secrets, redact_source, shown_auth
+from syncd.config.secrets import connector_secrets, redact_source, shown_auth
+from syncd.observability.logs import MASK
+from syncd.sources.http.auth_config import validate_auth
 
-M = REDACTED
+M = MASK
 
 # (auth, what is shown), one per kind and grant, every optional key present.
 KINDS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {

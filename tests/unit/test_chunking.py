@@ -1,4 +1,4 @@
-"""The splitter of the ``pgvector`` indexer (:mod:`syncd.indexers.chunking`): sizes in
+"""The splitter of the ``pgvector`` indexer (:mod:`syncd.indexers.pgvector.chunking`): sizes in
 characters and in tokens, overlap, blank texts, and clear refusals."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import itertools
 import pytest
 from semantic_text_splitter import TextSplitter
 
-from syncd.indexers.chunking import (
+from syncd.indexers.pgvector.chunking import (
     DEFAULT_TOKENIZER,
     Chunker,
     ChunkingError,

@@ -389,7 +389,7 @@ def test_one_url_password_rule_everywhere(text: str, expected: str) -> None:
     """The log redaction, the display of connector configs and config error messages mask
     URL passwords with the same rule (syncd.observability.logs.mask_url_passwords)."""
     from syncd.config.keys import shown_value
-    from syncd.sources.secrets import redact_url
+    from syncd.config.secrets import redact_url
 
     assert logs.mask_url_passwords(text) == expected
     assert Redactor(use_registry=False).redact(text) == expected

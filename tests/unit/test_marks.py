@@ -1,4 +1,4 @@
-"""Incremental marks as real APIs take them (syncd.sources.marks): the stored high-water value,
+"""Incremental marks as real APIs take them (syncd.sources.http.marks): the stored high-water value,
 moved back by ``lag`` and written as stored, ISO 8601, Unix seconds, Unix milliseconds or a
 strftime pattern. Pure: no clock, every time below is fixed."""
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from syncd.sources.marks import as_time, mark_value
+from syncd.sources.http.marks import as_time, mark_value
 
 NEW_YEAR = datetime(2024, 1, 1, tzinfo=UTC)
 NEW_YEAR_S = 1_704_067_200  # 2024-01-01T00:00:00Z in Unix seconds

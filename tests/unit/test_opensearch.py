@@ -1,4 +1,4 @@
-"""The pure parts of the ``opensearch`` indexer (syncd.indexers.opensearch_bulk): ``_id``
+"""The pure parts of the ``opensearch`` indexer (syncd.indexers.opensearch.bulk): ``_id``
 encoding, NDJSON bodies, per-item results, the mapping shape check; and its config model,
 whose validation and JSON Schema agree."""
 
@@ -17,7 +17,7 @@ import pytest
 from syncd.api.views import redact_indexer
 from syncd.errors import ValidationError
 from syncd.indexers.opensearch import opensearch_secrets
-from syncd.indexers.opensearch_bulk import (
+from syncd.indexers.opensearch.bulk import (
     INDEX_MAPPINGS,
     MAX_ERROR,
     MAX_ID_BYTES,

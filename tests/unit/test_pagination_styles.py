@@ -1,6 +1,6 @@
 """The pagination styles of the ``http`` source, pure: the request each builds for a cursor
 and the next cursor (and its reason) each reads from a response
-(:mod:`syncd.sources.pagination`); the parts of :class:`HttpSource` that judge a page
+(:mod:`syncd.sources.http.pagination`); the parts of :class:`HttpSource` that judge a page
 (``end_status``, the first page's warnings) over a fake transport; and where the config lets
 the offset and page styles put their parameters."""
 
@@ -18,9 +18,9 @@ from syncd.http.timeouts import Timeouts
 from syncd.http.transport import Response, Transport
 from syncd.plugins import Registry
 from syncd.schema import connector_file_schema
-from syncd.sources import HttpSource, validate_http_source
 from syncd.sources.base import SourceContext
-from syncd.sources.pagination import (
+from syncd.sources.http import HttpSource, validate_http_source
+from syncd.sources.http.pagination import (
     Next,
     PageRequest,
     Pagination,

@@ -1,16 +1,16 @@
-"""The chunks table of the ``pgvector`` indexer (:mod:`syncd.indexers.pgchunks`): its name,
+"""The chunks table of the ``pgvector`` indexer (:mod:`syncd.indexers.pgvector.chunks`): its name,
 its statements and the shape check that refuses a table it cannot write."""
 
 from __future__ import annotations
 
-from syncd.indexers.pgchunks import (
+from syncd.indexers.pgvector.chunks import (
     ChunkRow,
     ChunkSpec,
     chunk_arrays,
     chunk_shape_problems,
     create_statements,
 )
-from syncd.indexers.pgtable import ColumnShape, TableShape, TableSpec
+from syncd.indexers.postgres.table import ColumnShape, TableShape, TableSpec
 
 SPEC = ChunkSpec(TableSpec(table="kb", schema="search"), 8)
 GOOD = (

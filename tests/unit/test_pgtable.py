@@ -13,9 +13,11 @@ from typing import Any
 
 import pytest
 
+from syncd.config.secrets import redact_config
 from syncd.errors import SyncdError
 from syncd.indexers.base import IndexerContext
-from syncd.indexers.pgtable import (
+from syncd.indexers.postgres import PostgresIndexer, PostgresIndexerConfig, postgres_secrets
+from syncd.indexers.postgres.table import (
     COLUMNS,
     ColumnShape,
     RowError,
@@ -30,12 +32,9 @@ from syncd.indexers.pgtable import (
     shape_problems,
     upsert_sql,
 )
-from syncd.indexers.postgres import PostgresIndexer, postgres_secrets
 from syncd.models import Connector, DocStatus, Document, DocumentFields, utcnow
 from syncd.plugins import Indexers, Registry
 from syncd.schema.fields import field_errors
-from syncd.schema.indexers import PostgresIndexerConfig
-from syncd.sources.secrets import redact_config
 
 NOW = utcnow()
 

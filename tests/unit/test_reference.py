@@ -1,5 +1,5 @@
 """The connector reference (``docs/connectors.md``) is generated from the connector models
-(:mod:`syncd.schema.reference`), and the committed text is the generated one."""
+(:mod:`syncd.cli.reference`), and the committed text is the generated one."""
 
 from __future__ import annotations
 
@@ -12,10 +12,7 @@ from typing import Any, Literal
 import pytest
 from pydantic import BaseModel, ConfigDict, Field
 
-from syncd.indexers.base import Indexer, IndexerContext
-from syncd.plugins import Registry, SourceKind
-from syncd.schema.kinds import PAGINATION_MODELS, type_of
-from syncd.schema.reference import (
+from syncd.cli.reference import (
     COMMAND,
     END,
     REFERENCE_FILE,
@@ -25,7 +22,11 @@ from syncd.schema.reference import (
     render_reference,
     replace_between_markers,
 )
-from syncd.sources.base import Source, SourceContext
+from syncd.indexers.base import Indexer, IndexerContext
+from syncd.plugins import Registry
+from syncd.schema.base import type_of
+from syncd.sources.base import Source, SourceContext, SourceKind
+from syncd.sources.http.pagination_config import PAGINATION_MODELS
 
 ROOT = Path(__file__).resolve().parents[2]
 REFERENCE = ROOT / REFERENCE_FILE

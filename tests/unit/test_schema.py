@@ -12,19 +12,20 @@ import pytest
 from pydantic import BaseModel, ConfigDict, Field
 
 from syncd.errors import ValidationError
+from syncd.indexers.base import IndexerKind
 from syncd.models import PaginatorSettings
 from syncd.paths import MSG_PATH
-from syncd.plugins import IndexerKind, Registry, SourceKind
-from syncd.schema import (
+from syncd.plugins import Registry
+from syncd.schema import connector_file_schema, model_json_schemas
+from syncd.schema.spec import parse_create, parse_patch
+from syncd.sources.base import SourceKind
+from syncd.sources.http import pagination as runtime
+from syncd.sources.http.pagination_config import (
     CursorPagination,
     NextUrlPagination,
     OffsetPagination,
     PagePagination,
-    connector_file_schema,
-    model_json_schemas,
 )
-from syncd.schema.spec import parse_create, parse_patch
-from syncd.sources import pagination as runtime
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 HTTP = {"type": "http", "url": "http://127.0.0.1:9000/items", "records": "data"}

@@ -7,15 +7,11 @@ from typing import Any
 import pytest
 
 from syncd.errors import ValidationError
+from syncd.indexers.base import IndexerKind
 from syncd.models import ConnectorStatus, PaginatorSettings
-from syncd.plugins import (
-    IndexerKind,
-    Registry,
-    SourceKind,
-    builtin_indexer_kinds,
-    builtin_source_kinds,
-)
+from syncd.plugins import Registry, builtin_indexer_kinds, builtin_source_kinds
 from syncd.schema.spec import INT_MAX, INT_MIN, parse_create, parse_patch
+from syncd.sources.base import SourceKind
 
 SOURCES = frozenset({"http", "plugin"})
 INDEXERS = frozenset({"store", "webhook"})

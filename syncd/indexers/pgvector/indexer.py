@@ -1,13 +1,13 @@
 """The ``pgvector`` indexer: the ``postgres`` indexer's documents table, plus each document's
 text in chunks with their embeddings, in PostgreSQL with pgvector.
 
-Its config is :class:`syncd.schema.indexers.PgvectorIndexerConfig`: the ``postgres``
+Its config is :class:`~syncd.indexers.pgvector.config.PgvectorIndexerConfig`: the ``postgres``
 indexer's (``dsn``, ``table``, ``schema``, ``full_text``, ``text_search_config``,
 ``create_table``; ``batch_size`` defaults to 100 here), ``embeddings`` (``url``, ``model``,
-``dimensions``, ``api_key``, ``batch_size``: :mod:`syncd.indexers.embeddings`) and the
+``dimensions``, ``api_key``, ``batch_size``: :mod:`syncd.indexers.pgvector.embeddings`) and the
 splitter's ``chunk_size``, ``chunk_overlap``, ``chunk_unit`` and ``tokenizer``
-(:mod:`syncd.indexers.chunking`). The chunks table and its statements:
-:mod:`syncd.indexers.pgchunks`.
+(:mod:`syncd.indexers.pgvector.chunking`). The chunks table and its statements:
+:mod:`syncd.indexers.pgvector.chunks`.
 
 A call (a worker batch of up to ``batch_size`` documents):
 
@@ -27,7 +27,7 @@ A call (a worker batch of up to ``batch_size`` documents):
    again), and only those refused fail.
 
 What is split is the document's ``text``; a connector without a ``document`` mapping has
-its records split as :func:`~syncd.indexers.chunking.record_text` renders them (one ``path:
+its records split as :func:`~syncd.indexers.pgvector.chunking.record_text` renders them (one ``path:
 value`` line per value). A document with an empty ``text`` gets its row and no chunks. A
 deletion removes the rows and their chunks in one transaction (the chunks' foreign key would
 remove them too).
@@ -52,12 +52,11 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from syncd.config.secrets import resolve_refs
 from syncd.errors import SyncdError
 from syncd.indexers.base import BatchFailures, IndexerContext
-from syncd.indexers.chunking import DEFAULT_TOKENIZER, Chunker, record_text, tokenizer_for
-from syncd.indexers.embeddings import DEFAULT_BATCH_SIZE as EMBEDDINGS_BATCH_SIZE
-from syncd.indexers.embeddings import EmbeddingsClient
-from syncd.indexers.pgchunks import (
+from syncd.indexers.pgvector.chunking import DEFAULT_TOKENIZER, Chunker, record_text, tokenizer_for
+from syncd.indexers.pgvector.chunks import (
     EXTENSION_SQL,
     ChunkRow,
     ChunkSpec,
@@ -68,7 +67,15 @@ from syncd.indexers.pgchunks import (
     insert_sql,
     stored_sql,
 )
-from syncd.indexers.pgtable import (
+from syncd.indexers.pgvector.embeddings import DEFAULT_BATCH_SIZE as EMBEDDINGS_BATCH_SIZE
+from syncd.indexers.pgvector.embeddings import EmbeddingsClient
+from syncd.indexers.postgres.indexer import (
+    PostgresIndexer,
+    PostgresIndexerError,
+    _describe,
+    postgres_secrets,
+)
+from syncd.indexers.postgres.table import (
     MAX_ERROR,
     PRIVILEGES_SQL,
     SHAPE_SQL,
@@ -80,16 +87,9 @@ from syncd.indexers.pgtable import (
     lock_key,
     row_arrays,
 )
-from syncd.indexers.postgres import (
-    PostgresIndexer,
-    PostgresIndexerError,
-    _describe,
-    postgres_secrets,
-)
 from syncd.jsontext import PayloadError
 from syncd.models import Document
 from syncd.observability.logs import register_secret
-from syncd.sources.secrets import resolve_refs
 
 if TYPE_CHECKING:
     import asyncpg

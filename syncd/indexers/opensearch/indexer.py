@@ -1,16 +1,17 @@
 """The ``opensearch`` indexer: documents written to an OpenSearch 2 or Elasticsearch 8 index
 through ``POST /_bulk`` (the two share that API, and what else is used here).
 
-Its config is :class:`syncd.schema.indexers.OpenSearchIndexerConfig`: ``url``, ``index``,
-``auth`` (``basic``, ``api_key``, ``bearer``; every value a secret, ``${env:}``/``${file:}``
-resolved per request), ``create_index`` (default true) and ``batch_size`` (default 100).
+Its config is :class:`~syncd.indexers.opensearch.config.OpenSearchIndexerConfig`: ``url``,
+``index``, ``auth`` (``basic``, ``api_key``, ``bearer``; every value a secret,
+``${env:}``/``${file:}`` resolved per request), ``create_index`` (default true) and
+``batch_size`` (default 100).
 
 - Each document is one ``index`` action (create or replace) with the ``_id`` of
-  :func:`~syncd.indexers.opensearch_bulk.document_id` and the source of
-  :func:`~syncd.indexers.opensearch_bulk.document_source`; a deletion is one ``delete``
+  :func:`~syncd.indexers.opensearch.bulk.document_id` and the source of
+  :func:`~syncd.indexers.opensearch.bulk.document_source`; a deletion is one ``delete``
   action. A worker batch goes out in one request (split only past
   :data:`MAX_REQUEST_BYTES` of NDJSON).
-- Per-item results (:func:`~syncd.indexers.opensearch_bulk.item_results`): a document fails
+- Per-item results (:func:`~syncd.indexers.opensearch.bulk.item_results`): a document fails
   with its item's status, ``error.type`` and reasons; a delete answered 404 counts as deleted.
   Items answered 429 (or 503 with a rejected-execution error) are sent again, alone, up to
   ``item_retries`` times with waits of ``item_backoff * 2**n`` seconds (1, 2, 4 by default),
@@ -20,7 +21,7 @@ resolved per request), ``create_index`` (default true) and ``batch_size`` (defau
   (``_bulk`` by ``_id`` is idempotent, so it is marked so). A request still refused fails the
   documents it carried with ``HTTP <status> <type>: <reason>``.
 - Before its first write the indexer reads ``GET /{index}/_mapping``: a missing index is
-  created with :data:`~syncd.indexers.opensearch_bulk.INDEX_MAPPINGS` (``create_index: true``;
+  created with :data:`~syncd.indexers.opensearch.bulk.INDEX_MAPPINGS` (``create_index: true``;
   another writer creating it first — ``resource_already_exists_exception`` — is fine) or
   refused (``create_index: false``); an existing index whose mapping does not take the
   documents is refused, never altered. A refusal fails the documents of the call and is
@@ -43,10 +44,16 @@ import orjson
 import structlog
 from yarl import URL
 
+from syncd.config.secrets import (
+    basic_credentials,
+    connector_secrets,
+    register_connector_secrets,
+    resolve_secret,
+)
 from syncd.errors import SourceError, SyncdError
 from syncd.http.transport import Response
 from syncd.indexers.base import BatchFailures, IndexerContext
-from syncd.indexers.opensearch_bulk import (
+from syncd.indexers.opensearch.bulk import (
     INDEX_MAPPINGS,
     MAX_ERROR,
     ItemResult,
@@ -62,8 +69,6 @@ from syncd.indexers.opensearch_bulk import (
 )
 from syncd.models import Document, utcnow
 from syncd.observability.logs import register_secret
-from syncd.sources.credentials import basic_credentials, resolve_secret
-from syncd.sources.secrets import connector_secrets, register_connector_secrets
 
 __all__ = [
     "DEFAULT_BATCH_SIZE",

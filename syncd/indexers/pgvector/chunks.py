@@ -1,7 +1,7 @@
 """The chunks table of the ``pgvector`` indexer: its documented schema, the SQL that creates
 it, checks its shape and replaces a batch's chunks. No I/O: :mod:`syncd.indexers.pgvector`
 runs what this module writes. The documents table beside it is the ``postgres`` indexer's
-(:mod:`syncd.indexers.pgtable`).
+(:mod:`syncd.indexers.postgres.table`).
 
 The table, named after the documents table (``<table>_chunks``), for ``dimensions: 1536``::
 
@@ -36,7 +36,7 @@ from typing import Any, NamedTuple
 
 import orjson
 
-from syncd.indexers.pgtable import MAX_IDENTIFIER_BYTES, TableShape, TableSpec, quote_ident
+from syncd.indexers.postgres.table import MAX_IDENTIFIER_BYTES, TableShape, TableSpec, quote_ident
 
 __all__ = [
     "CHUNKS_SUFFIX",

@@ -4,10 +4,10 @@ Config keys: ``url``, ``method`` (GET or POST), ``body`` (a JSON object), ``para
 ``headers`` (values, and body strings, may hold ``${env:NAME}`` / ``${file:/path}``, resolved
 per request), ``records`` (path to the record array; absent means the body itself is the
 array), ``id_field`` (read by the sync engine), ``fail_when`` (errors reported in a 2xx body),
-``pagination`` (one of :data:`~syncd.sources.pagination.PAGINATION_TYPES`, cursor by default),
+``pagination`` (one of :data:`~syncd.sources.http.pagination.PAGINATION_TYPES`, cursor by default),
 ``incremental`` (``{"field", "param", "in", "template", "format", "lag"}``), ``timeout``
 (``{"read", "connect"}``), ``max_pages``, ``auth`` (bearer, basic, api_key or oauth2:
-:mod:`syncd.sources.auth`). Paths are :mod:`syncd.paths`' (dotted, or JSON Pointer).
+:mod:`syncd.sources.http.auth`). Paths are :mod:`syncd.paths`' (dotted, or JSON Pointer).
 """
 
 from __future__ import annotations
@@ -17,29 +17,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from pydantic import ValidationError as PydanticError
 from yarl import URL
 
-from syncd.errors import ClientError, ServerError, SourceError
-from syncd.http.timeouts import resolve_timeouts
-from syncd.http.transport import Response, safe_url
-from syncd.models import Page
-from syncd.observability.logs import redact, register_secret
-from syncd.paths import MISSING, get_path
-from syncd.schema import HttpSourceConfig, field_errors
-from syncd.sources.auth import (
-    AuthError,
-    Credentials,
-    SourceAuth,
-    TokenCache,
-    build_auth,
-    validate_auth,
-)
-from syncd.sources.base import SourceContext
-from syncd.sources.marks import mark_value
-from syncd.sources.pagination import Next, PageRequest, QueryParams, build_pagination
-from syncd.sources.secrets import (
-    REDACTED,
+from syncd.config.secrets import (
     connector_secrets,
     mask_body,
     redact_url,
@@ -47,8 +27,19 @@ from syncd.sources.secrets import (
     resolve_body,
     resolve_refs,
 )
+from syncd.errors import ClientError, ServerError, SourceError
+from syncd.http.timeouts import resolve_timeouts
+from syncd.http.transport import Response, safe_url
+from syncd.models import Page
+from syncd.observability.logs import MASK, redact, register_secret
+from syncd.paths import MISSING, get_path
+from syncd.sources.base import SourceContext
+from syncd.sources.http.auth import AuthError, Credentials, SourceAuth, TokenCache, build_auth
+from syncd.sources.http.config import validate_http_source
+from syncd.sources.http.marks import mark_value
+from syncd.sources.http.pagination import Next, PageRequest, QueryParams, build_pagination
 
-__all__ = ["HttpSource", "PageReport", "validate_http_source"]
+__all__ = ["HttpSource", "PageReport"]
 
 _UNAUTHORIZED = 401
 
@@ -78,11 +69,9 @@ class HttpSource:
         *,
         token_cache: TokenCache | None = None,
     ) -> None:
-        # ``auth`` is checked here too, by its own validator, until the config model has it.
-        auth = config.get("auth")
-        errors = validate_http_source({k: v for k, v in config.items() if k != "auth"})
-        if auth is not None:
-            errors.update(validate_auth(auth))
+        # A config that did not come through the API (a test's, an embedding caller's) is
+        # refused here by the same model.
+        errors = validate_http_source(config)
         if errors:
             raise SourceError(
                 "invalid http source: " + "; ".join(f"{k}: {v}" for k, v in errors.items())
@@ -110,6 +99,7 @@ class HttpSource:
         )
         # OAuth2 tokens come from the process-wide cache (``token_cache``: a test's own).
         self._auth: SourceAuth | None = None
+        auth = config.get("auth")
         if auth is not None:
             self._auth = build_auth(
                 auth,
@@ -168,14 +158,14 @@ class HttpSource:
         and body strings holding ``${env:}``/``${file:}`` references, and every header value,
         read ``"***"``; URL passwords, secret-looking values and registered secrets are masked
         too."""
-        params: QueryParams = {k: REDACTED if "${" in v else v for k, v in self._params.items()}
+        params: QueryParams = {k: MASK if "${" in v else v for k, v in self._params.items()}
         body = mask_body(self._body) if self._body is not None else None
         request = self._pagination.request(cursor, self._base(params, body))
         auth = self._auth.shown() if self._auth is not None else Credentials()
         url, query = _with_auth_params(request.url, request.params, auth)
         # The transport hands ``query`` to aiohttp, which extends the URL's own query with it.
         shown = URL(url).extend_query(query) if query else URL(url)
-        headers = {**dict.fromkeys(self._headers, REDACTED), **request.headers}
+        headers = {**dict.fromkeys(self._headers, MASK), **request.headers}
         described: dict[str, Any] = {
             "method": self._method,
             "url": redact(redact_url(str(shown))),
@@ -403,13 +393,3 @@ def _param_text(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
-
-
-def validate_http_source(config: Any) -> dict[str, str]:
-    """Field errors of an ``http`` source config, keyed ``source.<path>`` (``{}`` if valid):
-    the checks of its model, :class:`syncd.schema.HttpSourceConfig`."""
-    try:
-        HttpSourceConfig.model_validate(config)
-    except PydanticError as exc:
-        return field_errors(exc, "source")
-    return {}

@@ -1,6 +1,6 @@
 """The ``oauth2`` source auth: access tokens from the token endpoint (client credentials or
 refresh token grant), through the daemon's transport, kept in a
-:class:`~syncd.sources.tokencache.TokenCache`, renewed before they expire and once after a
+:class:`~syncd.sources.http.tokencache.TokenCache`, renewed before they expire and once after a
 401; a rotated refresh token is saved as secret state."""
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from urllib.parse import quote_plus
 
 import structlog
 
+from syncd.config.secrets import basic_credentials, resolve_secret
 from syncd.errors import (
     ClientConnectionError,
     ClientError,
@@ -28,17 +29,15 @@ from syncd.http.retry_after import parse_retry_after
 from syncd.http.timeouts import Timeouts
 from syncd.http.transport import Response, Transport, safe_url
 from syncd.observability.logs import MASK, redact
-from syncd.sources.authcheck import is_http_url
-from syncd.sources.credentials import (
+from syncd.sources.http.auth_config import is_http_url
+from syncd.sources.http.credentials import (
     AuthError,
     Credentials,
     OnWait,
     Register,
     SaveState,
-    basic_credentials,
-    resolve_secret,
 )
-from syncd.sources.tokencache import Chain, Slot, Token, TokenCache, set_chain, set_token
+from syncd.sources.http.tokencache import Chain, Slot, Token, TokenCache, set_chain, set_token
 
 __all__ = ["OAUTH2_STATE_KEY", "OAuth2Auth"]
 

@@ -1,16 +1,15 @@
 """What a source's authentication hands the ``http`` source: the :class:`Credentials` of a
-request, the :class:`SourceAuth` protocol, its error, and configured secrets resolved at use."""
+request, the :class:`SourceAuth` protocol and its error (configured secrets are resolved at
+use by :func:`syncd.config.secrets.resolve_secret`)."""
 
 from __future__ import annotations
 
-import base64
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from syncd.errors import SourceError
 from syncd.models import WaitReason
-from syncd.sources.secrets import resolve_refs
 
 
 class AuthError(SourceError):
@@ -48,22 +47,3 @@ class SourceAuth(Protocol):
 Register = Callable[[Iterable[str]], None]
 SaveState = Callable[[str, Mapping[str, Any] | None], Awaitable[None]]
 OnWait = Callable[[WaitReason, float], None]
-
-
-def resolve_secret(key: str, value: str) -> str:
-    """The configured ``auth.<key>`` with its references resolved (:class:`SourceError` when
-    the result is empty or holds a line break)."""
-    resolved = resolve_refs(value)
-    # A file with several lines must not smuggle a header (or a form field) in.
-    if "\n" in resolved or "\r" in resolved:
-        raise SourceError(f"auth.{key}: resolved value contains a line break")
-    if not resolved:
-        raise SourceError(f"auth.{key}: resolved value is empty")
-    return resolved
-
-
-def basic_credentials(username: str, password: str) -> str:
-    """The base64 part of ``Authorization: Basic``."""
-    if ":" in username:
-        raise SourceError("auth.username: resolved value contains ':'")
-    return base64.b64encode(f"{username}:{password}".encode()).decode("ascii")

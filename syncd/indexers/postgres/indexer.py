@@ -1,7 +1,7 @@
 """The ``postgres`` indexer: documents written to a table in any PostgreSQL, with full-text
-search on it (the table, its shape and its statements: :mod:`syncd.indexers.pgtable`).
+search on it (the table, its shape and its statements: :mod:`syncd.indexers.postgres.table`).
 
-Its config is :class:`syncd.schema.indexers.PostgresIndexerConfig`: ``dsn`` (a secret;
+Its config is :class:`~syncd.indexers.postgres.config.PostgresIndexerConfig`: ``dsn`` (a secret;
 ``${env:}``/``${file:}`` resolved when the pool opens), ``table``, ``schema``, ``full_text``,
 ``text_search_config``, ``create_table`` (default true) and ``batch_size`` (default 500).
 
@@ -19,7 +19,7 @@ Its config is :class:`syncd.schema.indexers.PostgresIndexerConfig`: ``dsn`` (a s
   race) or refused; an existing table of the wrong shape is refused, never altered. A refusal
   fails the documents of the call and is looked at again on the next call, so a fixed table
   is picked up without a restart.
-- The pool comes from the daemon's :class:`~syncd.indexers.pgpool.PostgresPools` (one per
+- The pool comes from the daemon's :class:`~syncd.indexers.postgres.pool.PostgresPools` (one per
   DSN, shared by connectors) and is released by :meth:`PostgresIndexer.aclose`.
 
 :meth:`PostgresIndexer.check` runs the same inspection without creating anything, for
@@ -36,10 +36,11 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 
 import structlog
 
+from syncd.config.secrets import connector_secrets, resolve_refs
 from syncd.errors import SyncdError
 from syncd.indexers.base import BatchFailures, IndexerContext
-from syncd.indexers.pgpool import PostgresPools, require_asyncpg
-from syncd.indexers.pgtable import (
+from syncd.indexers.postgres.pool import PostgresPools, require_asyncpg
+from syncd.indexers.postgres.table import (
     MAX_ERROR,
     PRIVILEGES_SQL,
     REGCONFIG_SQL,
@@ -59,7 +60,6 @@ from syncd.indexers.pgtable import (
 from syncd.jsontext import PayloadError
 from syncd.models import Document
 from syncd.observability.logs import redact, register_secret
-from syncd.sources.secrets import connector_secrets, resolve_refs
 
 if TYPE_CHECKING:
     import asyncpg

@@ -1,14 +1,13 @@
 """Config models of the built-in source kind, the ``http`` source (DESIGN.md §8): its
-requests, body, error conditions, incremental marks, timeouts and auth. Its pagination styles
-are in :mod:`syncd.schema.pagination`, the indexers' models in :mod:`syncd.schema.indexers`,
-and :class:`KindConfig` / :class:`TypeTagged`, which every built-in config model builds on, in
-:mod:`syncd.schema.base` (all re-exported here).
+requests, body, error conditions, incremental marks and timeouts. Its pagination styles are
+in :mod:`~syncd.sources.http.pagination_config`, its auth in
+:mod:`~syncd.sources.http.auth_config`.
 
 Each model is the single description of its config: the request validation, the JSON Schema
 of a connector file and the OpenAPI components come from it. Unknown keys are refused
 (``extra="forbid"``). The defaults written here are the ones the runtime applies (see
-:mod:`syncd.sources.pagination`; a test holds them together); a stored config keeps only the
-keys its client sent.
+:mod:`syncd.sources.http.pagination`; a test holds them together); a stored config keeps only
+the keys its client sent.
 """
 
 from __future__ import annotations
@@ -17,16 +16,11 @@ import math
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import (
-    BeforeValidator,
-    ConfigDict,
-    Field,
-    WithJsonSchema,
-)
+from pydantic import BeforeValidator, ConfigDict, Field, WithJsonSchema
+from pydantic import ValidationError as PydanticError
 
-from syncd.schema.base import KindConfig, TypeTagged, type_of
+from syncd.schema.base import KindConfig
 from syncd.schema.fields import (
-    HEADER_NAME_PATTERN,
     MSG_NOT_OBJECT,
     NO_NUL,
     FieldPath,
@@ -35,40 +29,25 @@ from syncd.schema.fields import (
     MaxPages,
     Params,
     TimeoutSeconds,
-    _is_number,
-    _pattern,
     absent,
     fail,
     fail_at,
+    field_errors,
+    is_number,
+    pattern_of,
     ref_pattern,
     ref_problem,
 )
-from syncd.schema.pagination import (
-    PAGINATION_MODELS,
-    PARAM_DESCRIPTION,
-    CursorPagination,
-    LinkHeaderPagination,
-    NextUrlPagination,
-    OffsetPagination,
-    PagePagination,
-    Pagination,
-    ParamName,
-)
-from syncd.schema.patterns import URL_PATTERN
+from syncd.sources.http.auth_config import AuthBridge
+from syncd.sources.http.pagination_config import PARAM_DESCRIPTION, Pagination, ParamName
 
 __all__ = [
-    "PAGINATION_MODELS",
-    "CursorPagination",
+    "MARK_FORMATS",
+    "FailWhen",
     "HttpSourceConfig",
     "Incremental",
-    "KindConfig",
-    "LinkHeaderPagination",
-    "NextUrlPagination",
-    "OffsetPagination",
-    "PagePagination",
     "Timeout",
-    "TypeTagged",
-    "type_of",
+    "validate_http_source",
 ]
 
 
@@ -197,7 +176,7 @@ FailWhenList = Annotated[list[FailWhen], Field(min_length=1, max_length=_FAIL_WH
 
 
 MARK_FORMATS = ("as_stored", "iso8601", "unix", "unix_ms")
-"""The named formats of an incremental mark (:mod:`syncd.sources.marks`); any other format is
+"""The named formats of an incremental mark (:mod:`syncd.sources.http.marks`); any other format is
 a ``strftime`` pattern (it holds a ``%``)."""
 
 
@@ -214,16 +193,16 @@ def _template(value: Any) -> Any:
 
 
 def _lag(value: Any) -> Any:
-    if not _is_number(value) or not 0 <= value <= LAG_MAX:
+    if not is_number(value) or not 0 <= value <= LAG_MAX:
         fail(f"Must be a number of seconds between 0 and {LAG_MAX}")
     return value
 
 
 LAG_MAX = 7 * 24 * 3600
 _FORMAT_PATTERN = "^(?:" + "|".join(MARK_FORMATS) + "|[^\\u0000]*%[^\\u0000]*)$"
-MarkFormat = Annotated[str, BeforeValidator(_mark_format), _pattern(_FORMAT_PATTERN)]
+MarkFormat = Annotated[str, BeforeValidator(_mark_format), pattern_of(_FORMAT_PATTERN)]
 _TEMPLATE_PATTERN = "^[^\\u0000]*\\{since\\}[^\\u0000]*$"
-Template = Annotated[str, BeforeValidator(_template), _pattern(_TEMPLATE_PATTERN)]
+Template = Annotated[str, BeforeValidator(_template), pattern_of(_TEMPLATE_PATTERN)]
 Lag = Annotated[float, Field(ge=0, le=LAG_MAX), BeforeValidator(_lag)]
 
 
@@ -269,103 +248,6 @@ class Timeout(KindConfig):
 
     read: TimeoutSeconds = absent(description="Seconds to wait for a response.")
     connect: TimeoutSeconds = absent(description="Seconds to wait for a connection.")
-
-
-def _auth(value: Any) -> Any:
-    # Imported here: the auth module pulls in the transport, which validation does not need.
-    from syncd.sources.authcheck import AUTH_TYPES, validate_auth
-
-    if isinstance(value, Mapping) and not isinstance(value.get("type"), str | None):
-        # validate_auth looks an object or array `type` up in a dict: a TypeError (500).
-        fail_at([(("type",), f"Must be one of {', '.join(AUTH_TYPES)}")], value)
-    if errors := validate_auth(value):
-        fail_at([(tuple(path.split(".")[2:]), message) for path, message in errors.items()], value)
-    return value
-
-
-def _auth_schema() -> dict[str, Any]:
-    """The JSON Schema of what :func:`syncd.sources.authcheck.validate_auth` accepts (held
-    together by tests/api/test_fuzz.py)."""
-    # Not the mask: sent back as an answer showed it, it would replace the secret.
-    unmasked = {"not": {"const": "***"}}
-    text = {"type": "string", "minLength": 1, "pattern": ref_pattern("\\r\\n"), **unmasked}
-
-    def style(name: str, required: dict[str, Any], **optional: Any) -> dict[str, Any]:
-        return {
-            "type": "object",
-            "title": f"{name.title().replace('_', '')}Auth",
-            "properties": {"type": {"const": name}, **required, **optional},
-            "required": ["type", *required],
-            "additionalProperties": False,
-        }
-
-    reserved = ["grant_type", "refresh_token", "scope", "audience", "client_id", "client_secret"]
-    oauth2 = style(
-        "oauth2",
-        {
-            "grant": {"enum": ["client_credentials", "refresh_token"]},
-            # A reference is resolved per request, so only checked then.
-            "token_url": {**text, "anyOf": [{"pattern": "\\$\\{"}, {"pattern": URL_PATTERN}]},
-            "client_id": text,
-            "client_secret": text,
-        },
-        refresh_token=text,
-        audience=text,
-        client_auth={"enum": ["basic", "post"]},
-        scopes={
-            "type": ["array", "null"],
-            "items": {"type": "string", "pattern": "^[^ \\u0000]+$", **unmasked},
-        },
-        extra={
-            "type": ["object", "null"],
-            "propertyNames": {"minLength": 1, "pattern": NO_NUL, "not": {"enum": reserved}},
-            "additionalProperties": text,
-        },
-    )
-    oauth2["oneOf"] = [
-        {
-            "properties": {"grant": {"const": "client_credentials"}},
-            "not": {"required": ["refresh_token"]},
-        },
-        {"properties": {"grant": {"const": "refresh_token"}}, "required": ["refresh_token"]},
-    ]
-    api_key = style("api_key", {"in": {"enum": ["header", "query"]}, "name": text, "value": text})
-    api_key["oneOf"] = [
-        {
-            "properties": {
-                "in": {"const": "header"},
-                "name": {"type": "string", "pattern": HEADER_NAME_PATTERN},
-            }
-        },
-        {
-            "properties": {
-                "in": {"const": "query"},
-                # A name, not a reference.
-                "name": {"type": "string", "pattern": "^([^$\\r\\n\\u0000]|\\$(?!\\{))+$"},
-            }
-        },
-    ]
-    return {
-        "description": "Source authentication, by `type` (DESIGN.md §8).",
-        "oneOf": [
-            style("bearer", {"token": text}),
-            style(
-                "basic",
-                {
-                    # No ':' but the one opening a reference (``${env:JIRA_EMAIL}``).
-                    "username": {**text, "pattern": ref_pattern(":\\r\\n")},
-                    "password": text,
-                },
-            ),
-            api_key,
-            oauth2,
-        ],
-    }
-
-
-AuthBridge = Annotated[dict[str, Any], BeforeValidator(_auth), WithJsonSchema(_auth_schema())]
-"""``source.auth`` until its styles have models: checked by
-:func:`syncd.sources.authcheck.validate_auth`, described by :func:`_auth_schema`."""
 
 
 class HttpSourceConfig(KindConfig):
@@ -446,3 +328,13 @@ class HttpSourceConfig(KindConfig):
         "the names in `extra`) and `***` for every other value and every reference.",
         examples=[{"type": "bearer", "token": "${env:TICKETS_TOKEN}"}],
     )
+
+
+def validate_http_source(config: Any) -> dict[str, str]:
+    """Field errors of an ``http`` source config, keyed ``source.<path>`` (``{}`` if valid):
+    the checks of its model, :class:`HttpSourceConfig`."""
+    try:
+        HttpSourceConfig.model_validate(config)
+    except PydanticError as exc:
+        return field_errors(exc, "source")
+    return {}

@@ -1,8 +1,10 @@
-"""Secret references in source configs, redaction of configs for display, and registration
-of a connector's secrets with the log redaction.
+"""Secrets in connector configs, shared by every kind: ``${env:}``/``${file:}`` references
+and their resolution, the secret values of a config (and their registration with the log
+redaction), and configs redacted for display.
 
-Header (and parameter) values may hold ``${env:NAME}`` or ``${file:/path}``: the reference is
-stored, and resolved only when a request is sent, so the secret itself never reaches the
+Header (and parameter) values, and every value a kind declares a secret, may hold
+``${env:NAME}`` or ``${file:/path}``: the reference is stored, and resolved only when it is
+used (a request is sent, a connection opened), so the secret itself never reaches the
 store, the API or the logs. :func:`register_connector_secrets` registers every secret value
 of a connector (literal or resolved) with :mod:`syncd.observability.logs` as soon as the
 connector is created or loaded, so that no log line or error text written before its first
@@ -11,10 +13,11 @@ request can show one.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import os
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
@@ -22,19 +25,23 @@ from syncd.errors import SourceError
 from syncd.observability.logs import MASK, mask_url_passwords, register_secret
 
 __all__ = [
-    "REDACTED",
+    "SecretsOf",
+    "basic_credentials",
     "check_refs",
     "connector_secrets",
     "mask_body",
     "redact_config",
     "redact_source",
+    "redact_url",
     "register_connector_secrets",
     "resolve_body",
     "resolve_refs",
+    "resolve_secret",
     "shown_auth",
 ]
 
-REDACTED = MASK  # the log redaction's mask: one spelling everywhere
+SecretsOf = Callable[[Mapping[str, Any]], Iterable[str]]
+"""The secret values of a kind's config (literal or resolved), for the log redaction."""
 
 _REF = re.compile(r"\$\{(?P<kind>[A-Za-z_]+):(?P<name>[^}]*)\}")
 _SECRET_KEY = re.compile(
@@ -92,6 +99,25 @@ def resolve_refs(value: str, *, environ: Mapping[str, str] = os.environ) -> str:
     return _REF.sub(replace, value)
 
 
+def resolve_secret(key: str, value: str) -> str:
+    """The configured ``auth.<key>`` with its references resolved (:class:`SourceError` when
+    the result is empty or holds a line break)."""
+    resolved = resolve_refs(value)
+    # A file with several lines must not smuggle a header (or a form field) in.
+    if "\n" in resolved or "\r" in resolved:
+        raise SourceError(f"auth.{key}: resolved value contains a line break")
+    if not resolved:
+        raise SourceError(f"auth.{key}: resolved value is empty")
+    return resolved
+
+
+def basic_credentials(username: str, password: str) -> str:
+    """The base64 part of ``Authorization: Basic``."""
+    if ":" in username:
+        raise SourceError("auth.username: resolved value contains ':'")
+    return base64.b64encode(f"{username}:{password}".encode()).decode("ascii")
+
+
 def redact_source(config: Mapping[str, Any]) -> dict[str, Any]:
     """A source's ``config`` safe to show: :func:`redact_config`, except that the ``auth`` of
     an ``http`` source shows its shape (:func:`shown_auth`) rather than one ``"***"``."""
@@ -139,11 +165,11 @@ def shown_auth(auth: Any) -> Any:
     if auth is None:
         return None
     if not isinstance(auth, Mapping):
-        return REDACTED
+        return MASK
     kind = auth.get("type")
     shown = SHOWN_AUTH_KEYS.get(kind, frozenset()) if isinstance(kind, str) else frozenset()
     return {
-        str(key): _shown_auth_value(key, value) if key in shown else REDACTED
+        str(key): _shown_auth_value(key, value) if key in shown else MASK
         for key, value in auth.items()
     }
 
@@ -152,15 +178,15 @@ def _shown_auth_value(key: str, value: Any) -> Any:
     if value is None:
         return None
     if key == "extra":
-        return dict.fromkeys(map(str, value), REDACTED) if isinstance(value, Mapping) else REDACTED
+        return dict.fromkeys(map(str, value), MASK) if isinstance(value, Mapping) else MASK
     if key == "scopes":
-        return [_shown_auth_text(s) for s in value] if isinstance(value, list | tuple) else REDACTED
+        return [_shown_auth_text(s) for s in value] if isinstance(value, list | tuple) else MASK
     return _shown_auth_text(value)
 
 
 def _shown_auth_text(value: Any) -> Any:
     if not isinstance(value, str) or "${" in value:
-        return REDACTED
+        return MASK
     return redact_url(value)
 
 
@@ -170,9 +196,9 @@ def _redact(key: str, value: Any) -> Any:
     if key == "body":
         return mask_body(value)
     if key.lower() == "headers" and isinstance(value, Mapping):
-        return {str(k): REDACTED for k in value}
+        return {str(k): MASK for k in value}
     if value is not None and _SECRET_KEY.search(key):
-        return REDACTED
+        return MASK
     if isinstance(value, Mapping):
         return {str(k): _redact(str(k), v) for k, v in value.items()}
     if isinstance(value, list | tuple):
@@ -187,12 +213,12 @@ def redact_url(text: str) -> str:
     if "://" not in text and "=" not in text:
         return text
     text = mask_url_passwords(text)
-    return _QUERY_SECRET.sub(rf"\g<head>{REDACTED}", text)
+    return _QUERY_SECRET.sub(rf"\g<head>{MASK}", text)
 
 
 # Keys named like secrets that hold where a secret is, not the secret.
 _NOT_SECRET_NAME = re.compile(r"(?:_file|_path|_url)$", re.IGNORECASE)
-# Keys of ``source.auth`` (DESIGN.md §8, :mod:`syncd.sources.auth`) that describe the
+# Keys of ``source.auth`` (DESIGN.md §8, :mod:`syncd.sources.http.auth`) that describe the
 # credential rather than hold it. Every other value is a secret, ``extra``'s too (a
 # ``client_assertion`` is one); registering a username or audience would mask it everywhere.
 _AUTH_DESCRIPTORS = frozenset(
@@ -301,7 +327,7 @@ def _body_secrets(key: str, value: Any) -> Iterator[str]:
 def mask_body(value: Any, key: str = "") -> Any:
     """A request's JSON body safe to show: what :func:`_body_secrets` finds reads ``"***"``."""
     if isinstance(value, str):
-        return REDACTED if next(_body_secrets(key, value), None) is not None else value
+        return MASK if next(_body_secrets(key, value), None) is not None else value
     if isinstance(value, Mapping):
         return {str(k): mask_body(v, str(k)) for k, v in value.items()}
     if isinstance(value, list | tuple):

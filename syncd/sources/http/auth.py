@@ -13,8 +13,8 @@ One of::
 Every string but ``type``, ``in``, ``name`` and ``grant`` may hold ``${env:NAME}`` /
 ``${file:/path}``, resolved at each use (a rotated file is picked up). Every value is a secret
 except those that describe the credential (``username``, ``client_id``, ``token_url``,
-``scopes``, ``audience``: see :mod:`syncd.sources.secrets`). What answers show of it — its shape,
-``"***"`` for the rest — is :func:`syncd.sources.secrets.shown_auth`.
+``scopes``, ``audience``: see :mod:`syncd.config.secrets`). What answers show of it — its
+shape, ``"***"`` for the rest — is :func:`syncd.config.secrets.shown_auth`.
 
 OAuth2 access tokens are fetched through the daemon's transport (its timeouts and retry
 budget: a token request is safe to repeat) and kept in a process-wide :class:`TokenCache`
@@ -24,9 +24,9 @@ through ``SourceContext.save_secret_state`` (key :data:`OAUTH2_STATE_KEY`), so t
 another run nor a restart sends the revoked one.
 
 This module builds a connector's auth (:func:`build_auth`) and holds the static kinds; the
-parts live in :mod:`~syncd.sources.credentials` (what an auth hands a request),
-:mod:`~syncd.sources.authcheck` (validation), :mod:`~syncd.sources.oauth2` and
-:mod:`~syncd.sources.tokencache`.
+parts live in :mod:`~syncd.sources.http.credentials` (what an auth hands a request),
+:mod:`~syncd.sources.http.auth_config` (validation and JSON Schema),
+:mod:`~syncd.sources.http.oauth2` and :mod:`~syncd.sources.http.tokencache`.
 """
 
 from __future__ import annotations
@@ -34,22 +34,21 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from syncd.config.secrets import basic_credentials, resolve_secret
 from syncd.http.timeouts import Timeouts
 from syncd.http.transport import Transport
 from syncd.observability.logs import MASK
-from syncd.sources.authcheck import AUTH_TYPES, OAUTH2_GRANTS, validate_auth
-from syncd.sources.credentials import (
+from syncd.sources.http.auth_config import AUTH_TYPES, OAUTH2_GRANTS, validate_auth
+from syncd.sources.http.credentials import (
     AuthError,
     Credentials,
     OnWait,
     Register,
     SaveState,
     SourceAuth,
-    basic_credentials,
-    resolve_secret,
 )
-from syncd.sources.oauth2 import OAUTH2_STATE_KEY, OAuth2Auth
-from syncd.sources.tokencache import TOKENS, TokenCache
+from syncd.sources.http.oauth2 import OAUTH2_STATE_KEY, OAuth2Auth
+from syncd.sources.http.tokencache import TOKENS, TokenCache
 
 __all__ = [
     "AUTH_TYPES",

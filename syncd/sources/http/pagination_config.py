@@ -1,7 +1,7 @@
 """Config models of the ``http`` source's five pagination styles (DESIGN.md §8): where each
 sends its value (a query parameter, a path in the JSON body, a header), where the next one
 comes from, and what ends a crawl. The defaults written here are the ones the runtime applies
-(:mod:`syncd.sources.pagination`; a test holds them together)."""
+(:mod:`syncd.sources.http.pagination`; a test holds them together)."""
 
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ from syncd.schema.fields import (
     NonEmptyText,
     Start,
     StatusCode,
-    _statuses,
     absent,
+    status_list,
     validated_with,
 )
 from syncd.schema.patterns import compiled
@@ -122,7 +122,7 @@ def _header_problems(value: Any, keys: tuple[str, ...]) -> list[tuple[tuple[str 
 
 
 EndStatuses = Annotated[
-    list[StatusCode], Field(min_length=1, max_length=_END_STATUS_MAX), BeforeValidator(_statuses)
+    list[StatusCode], Field(min_length=1, max_length=_END_STATUS_MAX), BeforeValidator(status_list)
 ]
 
 

@@ -6,8 +6,9 @@ indexer kind, each as a table of its keys (type, default, range, description, ex
 The JSON Schema of :func:`~syncd.schema.connector_file_schema` is the only input, so the
 reference says what the server checks and nothing else.
 
-``python -m syncd.schema.reference`` prints it; ``--write docs/connectors.md`` replaces the
-text between the two marker comments (:data:`START`, :data:`END`) of that file.
+``python -m syncd.cli.reference`` prints it for the built-in kinds; ``--write
+docs/connectors.md`` replaces the text between the two marker comments (:data:`START`,
+:data:`END`) of that file.
 """
 
 from __future__ import annotations
@@ -21,13 +22,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from syncd.plugins import Registry
 from syncd.schema.connector import Kinds, connector_file_schema
 
 START = "<!-- connector-reference:start -->"
 END = "<!-- connector-reference:end -->"
 #: The file that holds the reference, from the top of the repository.
 REFERENCE_FILE = "docs/connectors.md"
-COMMAND = f"python -m syncd.schema.reference --write {REFERENCE_FILE}"
+COMMAND = f"python -m syncd.cli.reference --write {REFERENCE_FILE}"
 
 _REF = "#/$defs/"
 _NONE = "\u2014"  # em dash: nothing to say
@@ -62,7 +64,8 @@ def render_reference(kinds: Kinds) -> str:
     about = {name: _text(model.get("description", "")) for name, model in defs.items()}
     out = [
         f"Generated from the connector models by `{COMMAND}`: change the models "
-        "(`syncd/schema/`), not this text. Strings never hold NUL; the patterns of URLs, "
+        "(`syncd/schema/` and each kind's `config.py`), not this text. Strings never hold "
+        "NUL; the patterns of URLs, "
         "paths, header names and `${env:}` / `${file:}` references are in the JSON "
         "Schema (`syncd schema`). A key without a default and not required takes the "
         "runtime's value, given in its description.",
@@ -282,9 +285,9 @@ def _markers(text: str) -> tuple[int, int]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m syncd.schema.reference [--write FILE]``."""
+    """``python -m syncd.cli.reference [--write FILE]``."""
     parser = argparse.ArgumentParser(
-        prog="python -m syncd.schema.reference", description=__doc__.splitlines()[0]
+        prog="python -m syncd.cli.reference", description=__doc__.splitlines()[0]
     )
     parser.add_argument(
         "--write",
@@ -293,9 +296,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         help=f"replace the text between {START} and {END} in FILE instead of printing",
     )
     args = parser.parse_args(argv)
-    # Imported here: the registry pulls in every built-in kind, which rendering does not need.
-    from syncd.plugins import Registry
-
     reference = render_reference(Registry.builtin())
     if args.write is None:
         sys.stdout.write(reference)

@@ -25,7 +25,7 @@ from urllib.parse import urljoin, urlsplit
 from syncd.errors import SourceError
 from syncd.http.paginator import describe_cursor
 from syncd.http.transport import Response, safe_url
-from syncd.paths import MISSING, get_path, parse_path, set_path
+from syncd.paths import MISSING, get_path, set_path
 
 __all__ = [
     "PAGINATION_TYPES",
@@ -463,15 +463,13 @@ def _number_cursor(cursor: str | None, default: int) -> int:
 
 
 def build_pagination(config: Mapping[str, Any] | None) -> Pagination:
-    """The style described by a (validated) ``pagination`` config; cursor by default."""
+    """The style described by a ``pagination`` config, validated by its model
+    (:mod:`~syncd.sources.http.pagination_config`); cursor by default."""
     cfg = dict(config or {})
     kind = cfg.get("type", "cursor")
     ends: dict[str, Any] = {"end_status": frozenset(cfg.get("end_status") or ())}
     if kind != "link_header":
         ends.update(more=cfg.get("more"), done=cfg.get("done"))
-    for path in (ends.get("more"), ends.get("done")):
-        if path is not None:
-            parse_path(path)  # a stored config is valid; this keeps it so
     if kind == "cursor":
         return CursorPagination(
             cursor_param=cfg.get("cursor_param", "cursor"),

@@ -1,6 +1,7 @@
 """The ``webhook`` indexer: POSTs documents to a URL, one per POST or in batches.
 
-Its config (``url``, ``headers``, ``batch_size``) is :class:`syncd.schema.WebhookIndexerConfig`.
+Its config (``url``, ``headers``, ``batch_size``) is
+:class:`~syncd.indexers.webhook.config.WebhookIndexerConfig`.
 
 Bodies (JSON, ``Content-Type: application/json`` unless the headers name another):
 
@@ -30,6 +31,7 @@ from typing import Any
 
 import orjson
 
+from syncd.config.secrets import register_connector_secrets, resolve_refs
 from syncd.errors import SyncdError
 from syncd.http.transport import Response
 from syncd.indexers.base import BatchFailures, IndexerContext
@@ -37,7 +39,6 @@ from syncd.jsontext import canonical_json
 from syncd.models import Document
 from syncd.observability.logs import register_secret
 from syncd.rules.shape import fields_object
-from syncd.sources.secrets import register_connector_secrets, resolve_refs
 
 #: Longest error taken from a webhook's per-document result.
 MAX_ERROR = 500

@@ -1,6 +1,6 @@
 """The ``store`` indexer: the payload is already kept in the store and served by the API.
 
-Its config (no options) is :class:`syncd.schema.StoreIndexerConfig`."""
+Its config (no options) is :class:`~syncd.indexers.store.config.StoreIndexerConfig`."""
 
 from __future__ import annotations
 

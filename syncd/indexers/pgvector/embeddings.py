@@ -32,10 +32,10 @@ from typing import Any
 import orjson
 from yarl import URL
 
+from syncd.config.secrets import resolve_secret
 from syncd.errors import SyncdError
 from syncd.http.transport import Transport
-from syncd.observability.logs import register_secret
-from syncd.sources.credentials import resolve_secret
+from syncd.observability.logs import MASK, register_secret
 
 __all__ = ["DEFAULT_BATCH_SIZE", "EmbeddingsClient", "EmbeddingsError", "endpoint_url"]
 
@@ -124,7 +124,7 @@ class EmbeddingsClient:
         if not 200 <= response.status < 300:
             refusal = _refusal(response.status, response.body)
             if key is not None:  # an endpoint that quotes the key it refused
-                refusal = refusal.replace(key, "***")
+                refusal = refusal.replace(key, MASK)
             raise EmbeddingsError(f"{self.target()}: {refusal}")
         try:
             answer = orjson.loads(response.body)

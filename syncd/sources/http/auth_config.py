@@ -1,13 +1,23 @@
-"""Validation of ``source.auth`` (DESIGN.md §8): field errors keyed ``source.auth.<key>``."""
+"""The config of ``source.auth`` (DESIGN.md §8): its check (:func:`validate_auth`, field
+errors keyed ``source.auth.<key>``) and its JSON Schema, joined in :data:`AuthBridge`, the type
+of ``HttpSourceConfig.auth``."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Annotated, Any
 from urllib.parse import urlsplit
 
-from syncd.sources.secrets import REDACTED, check_refs
+from pydantic import BeforeValidator, WithJsonSchema
+
+from syncd.config.secrets import check_refs
+from syncd.observability.logs import MASK
+from syncd.schema.fields import HEADER_NAME_PATTERN, NO_NUL, fail_at, ref_pattern
+from syncd.schema.patterns import URL_PATTERN, compiled
+from syncd.schema.secrets import MSG_MASKED, secret_text_schema, unmasked
+
+__all__ = ["AUTH_TYPES", "OAUTH2_GRANTS", "AuthBridge", "is_http_url", "validate_auth"]
 
 AUTH_TYPES = ("bearer", "basic", "api_key", "oauth2")
 OAUTH2_GRANTS = ("client_credentials", "refresh_token")
@@ -27,13 +37,8 @@ _NON_STRING = frozenset({"scopes", "extra"})
 _RESERVED_FORM = frozenset(
     {"grant_type", "refresh_token", "scope", "audience", "client_id", "client_secret"}
 )
-_HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 # The opening of a reference, whose colon is no part of the value (``${env:JIRA_EMAIL}``).
 _REF_OPENING = re.compile(r"\$\{(?:env|file):")
-# A token is renewed 30 s before it expires, or 10 % of its lifetime if that is shorter.
-# Answers show masked values as "***" (secrets.shown_auth): sent back (a GET body PATCHed as it
-# was), the mask would replace the secret. Refused, as ``syncd edit`` refuses it.
-_MASKED = 'Still masked ("***"): write the secret or a ${env:NAME} / ${file:/path} reference'
 
 
 def validate_auth(auth: Any) -> dict[str, str]:
@@ -62,7 +67,7 @@ def validate_auth(auth: Any) -> dict[str, str]:
             errors[f"{where}.in"] = "Must be 'header' or 'query'"
         if "${" in auth["name"]:
             errors[f"{where}.name"] = "Must be a name, not a reference"
-        elif auth["in"] == "header" and not _HEADER_NAME.fullmatch(auth["name"]):
+        elif auth["in"] == "header" and not compiled(HEADER_NAME_PATTERN).fullmatch(auth["name"]):
             errors[f"{where}.name"] = "Invalid header name"
     elif kind == "basic" and ":" in _REF_OPENING.sub("", auth["username"]):
         # The resolved value is checked again when it is sent (basic_credentials).
@@ -84,8 +89,10 @@ def is_http_url(url: str) -> bool:
 def _string_problem(value: Any) -> str | None:
     if not isinstance(value, str) or not value:
         return "Must be a non-empty string"
-    if value == REDACTED:
-        return _MASKED
+    if value == MASK:
+        # Answers show masked values as the mask (secrets.shown_auth): sent back (a GET body
+        # PATCHed as it was), it would replace the secret. Refused, as ``syncd edit`` does.
+        return MSG_MASKED
     if problem := check_refs(value):
         return problem
     if "\n" in value or "\r" in value:
@@ -110,8 +117,8 @@ def _check_oauth2(auth: Mapping[str, Any], errors: dict[str, str]) -> None:
         or not all(isinstance(s, str) and s and " " not in s for s in scopes)
     ):
         errors[f"{where}.scopes"] = "Must be a list of non-empty strings without spaces"
-    elif scopes is not None and REDACTED in scopes:
-        errors[f"{where}.scopes"] = _MASKED
+    elif scopes is not None and MASK in scopes:
+        errors[f"{where}.scopes"] = MSG_MASKED
     extra = auth.get("extra")
     if extra is not None:
         if not isinstance(extra, Mapping):
@@ -124,3 +131,99 @@ def _check_oauth2(auth: Mapping[str, Any], errors: dict[str, str]) -> None:
                     errors[f"{where}.extra.{key}"] = problem
     if auth.get("client_auth", "basic") not in ("basic", "post"):
         errors[f"{where}.client_auth"] = "Must be 'basic' or 'post'"
+
+
+# --- the model's field ----------------------------------------------------------------
+
+
+def _auth(value: Any) -> Any:
+    if isinstance(value, Mapping) and not isinstance(value.get("type"), str | None):
+        # validate_auth looks an object or array `type` up in a dict: a TypeError (500).
+        fail_at([(("type",), f"Must be one of {', '.join(AUTH_TYPES)}")], value)
+    if errors := validate_auth(value):
+        fail_at([(tuple(path.split(".")[2:]), message) for path, message in errors.items()], value)
+    return value
+
+
+def _auth_schema() -> dict[str, Any]:
+    """The JSON Schema of what :func:`validate_auth` accepts (held together by
+    tests/api/test_fuzz.py)."""
+    # Not the mask: sent back as an answer showed it, it would replace the secret.
+    text = secret_text_schema()
+
+    def style(name: str, required: dict[str, Any], **optional: Any) -> dict[str, Any]:
+        return {
+            "type": "object",
+            "title": f"{name.title().replace('_', '')}Auth",
+            "properties": {"type": {"const": name}, **required, **optional},
+            "required": ["type", *required],
+            "additionalProperties": False,
+        }
+
+    reserved = ["grant_type", "refresh_token", "scope", "audience", "client_id", "client_secret"]
+    oauth2 = style(
+        "oauth2",
+        {
+            "grant": {"enum": ["client_credentials", "refresh_token"]},
+            # A reference is resolved per request, so only checked then.
+            "token_url": {**text, "anyOf": [{"pattern": "\\$\\{"}, {"pattern": URL_PATTERN}]},
+            "client_id": text,
+            "client_secret": text,
+        },
+        refresh_token=text,
+        audience=text,
+        client_auth={"enum": ["basic", "post"]},
+        scopes={
+            "type": ["array", "null"],
+            "items": {"type": "string", "pattern": "^[^ \\u0000]+$", **unmasked()},
+        },
+        extra={
+            "type": ["object", "null"],
+            "propertyNames": {"minLength": 1, "pattern": NO_NUL, "not": {"enum": reserved}},
+            "additionalProperties": text,
+        },
+    )
+    oauth2["oneOf"] = [
+        {
+            "properties": {"grant": {"const": "client_credentials"}},
+            "not": {"required": ["refresh_token"]},
+        },
+        {"properties": {"grant": {"const": "refresh_token"}}, "required": ["refresh_token"]},
+    ]
+    api_key = style("api_key", {"in": {"enum": ["header", "query"]}, "name": text, "value": text})
+    api_key["oneOf"] = [
+        {
+            "properties": {
+                "in": {"const": "header"},
+                "name": {"type": "string", "pattern": HEADER_NAME_PATTERN},
+            }
+        },
+        {
+            "properties": {
+                "in": {"const": "query"},
+                # A name, not a reference.
+                "name": {"type": "string", "pattern": "^([^$\\r\\n\\u0000]|\\$(?!\\{))+$"},
+            }
+        },
+    ]
+    return {
+        "description": "Source authentication, by `type` (DESIGN.md §8).",
+        "oneOf": [
+            style("bearer", {"token": text}),
+            style(
+                "basic",
+                {
+                    # No ':' but the one opening a reference (``${env:JIRA_EMAIL}``).
+                    "username": {**text, "pattern": ref_pattern(":\\r\\n")},
+                    "password": text,
+                },
+            ),
+            api_key,
+            oauth2,
+        ],
+    }
+
+
+AuthBridge = Annotated[dict[str, Any], BeforeValidator(_auth), WithJsonSchema(_auth_schema())]
+"""``source.auth`` until its styles have models: checked by
+:func:`validate_auth`, described by :func:`_auth_schema`."""
