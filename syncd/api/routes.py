@@ -19,11 +19,13 @@ from aiohttp import web
 from syncd.api import views
 from syncd.api.openapi import Reply, Route
 from syncd.api.params import (
+    connector_body,
     connector_query,
     cursor_param,
     json_object,
     limit_param,
     listing,
+    optional_json_object,
     path_id,
     service_of,
     status_param,
@@ -122,9 +124,10 @@ async def delete_connector(request: web.Request) -> web.Response:
 
 
 async def trigger_sync(request: web.Request) -> web.Response:
-    """``POST /connectors/{id}/sync``."""
+    """``POST /connectors/{id}/sync``, with an optional body asking for a crawl mode."""
     connector_id = path_id(request)
-    run_id = await service_of(request).trigger_sync(connector_id)
+    body = await optional_json_object(request)
+    run_id = await service_of(request).trigger_sync(connector_id, body)
     # No run id: no run slot was free, the trigger waits (queued) for one.
     status = SyncStatus.RUNNING if run_id is not None else SyncStatus.QUEUED
     return web.json_response(
@@ -139,6 +142,31 @@ async def abort_sync(request: web.Request) -> web.Response:
     return web.json_response(
         {"connector_id": connector_id, "run_id": run_id, "status": "abort_requested"}, status=202
     )
+
+
+# --- the crawl state -------------------------------------------------------------------
+
+
+async def get_state(request: web.Request) -> web.Response:
+    """``GET /connectors/{id}/state``."""
+    connector_id = path_id(request)
+    state = await service_of(request).get_state(connector_id)
+    return web.json_response(views.state_json(connector_id, state))
+
+
+async def set_state(request: web.Request) -> web.Response:
+    """``PUT /connectors/{id}/state``."""
+    connector_id = path_id(request)
+    body = await connector_body(request)
+    state = await service_of(request).set_state(connector_id, body)
+    return web.json_response(views.state_json(connector_id, state))
+
+
+async def reset_state(request: web.Request) -> web.Response:
+    """``DELETE /connectors/{id}/state``."""
+    connector_id = path_id(request)
+    state = await service_of(request).reset_state(connector_id)
+    return web.json_response(views.state_json(connector_id, state))
 
 
 # --- runs and documents ---------------------------------------------------------------
@@ -403,7 +431,8 @@ ROUTES: tuple[Route, ...] = (
         "POST",
         "/connectors/{id}/sync",
         trigger_sync,
-        "Start a sync run",
+        "Start a sync run; the body (optional) asks for a crawl mode: `incremental`, `full` "
+        "or `backfill` of a window",
         {
             202: Reply(
                 "Run started (sync_status running), or queued until a run slot frees "
@@ -416,8 +445,51 @@ ROUTES: tuple[Route, ...] = (
                 "Sync already in progress (with the running run_id) / Sync already queued",
                 "Conflict",
             ),
+            422: Reply(
+                "Invalid body: a mode the connector's source cannot crawl, a bound its format "
+                "cannot read, `since` not before `until` (checked before the state)",
+                "ValidationError",
+            ),
         },
+        request="SyncRequest",
+        request_required=False,
         links_id="/connector_id",
+    ),
+    Route(
+        "GET",
+        "/connectors/{id}/state",
+        get_state,
+        "The connector's crawl state: its mark, the crawl in progress, the next crawl",
+        {200: Reply("The crawl state", "CrawlState"), 404: _NOT_FOUND},
+    ),
+    Route(
+        "PUT",
+        "/connectors/{id}/state",
+        set_state,
+        "Set the mark the next incremental crawl starts from (a crawl in progress is dropped)",
+        {
+            200: Reply("The new crawl state", "CrawlState"),
+            404: _NOT_FOUND,
+            409: Reply("Sync already in progress / Connector is being deleted", "Conflict"),
+            422: Reply(
+                "Invalid body, a mark the connector's format cannot read, or a connector "
+                "without `incremental`",
+                "ValidationError",
+            ),
+        },
+        request="StateUpdate",
+    ),
+    Route(
+        "DELETE",
+        "/connectors/{id}/state",
+        reset_state,
+        "Reset the mark: the next crawl is a full one, which prunes and sets the mark",
+        {
+            200: Reply("The new crawl state", "CrawlState"),
+            404: _NOT_FOUND,
+            409: Reply("Sync already in progress / Connector is being deleted", "Conflict"),
+            422: Reply("A connector without `incremental` has no mark", "ValidationError"),
+        },
     ),
     Route(
         "POST",

@@ -26,6 +26,7 @@ class PreparedPage:
     state: Mapping[str, Any]
     rejected: tuple[Rejection, ...] = ()  # records that did not become documents
     deletions: tuple[str, ...] = ()  # external ids of tombstones
+    filtered: int = 0  # records the source left out (Page.filtered)
 
 
 async def read_ahead(

@@ -462,6 +462,7 @@ RUN_COLUMNS: tuple[str, ...] = (
     "deleted",
     "deletions_held",
     "attempt",
+    "documents_filtered",
 )
 """Every column of the runs table."""
 
@@ -512,6 +513,7 @@ def run_from_row(row: Row, *, dt: Callable[[Any], datetime | None] = decode_dt) 
         deleted=int(row["deleted"]),
         deletions_held=int(row["deletions_held"]),
         attempt=int(row["attempt"]),
+        documents_filtered=int(row["documents_filtered"]),
     )
 
 

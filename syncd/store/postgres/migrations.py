@@ -266,4 +266,10 @@ ALTER TABLE runs ADD COLUMN attempt integer NOT NULL DEFAULT 1;
         "CREATE INDEX documents_retry_wait_idx ON documents (lease_until) "
         "WHERE status = 'pending' AND lease_until IS NOT NULL;",
     ),
+    (
+        12,
+        # The records a run's source read and left out (a backfill's past the end of its
+        # window).
+        "ALTER TABLE runs ADD COLUMN documents_filtered bigint NOT NULL DEFAULT 0;",
+    ),
 )

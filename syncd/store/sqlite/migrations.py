@@ -244,6 +244,8 @@ MIGRATIONS: tuple[Migration, ...] = (
     # which every claim and finish of the workers waited behind. Updates and deletes keep
     # their triggers.
     Migration(12, ("DROP TRIGGER IF EXISTS documents_counted_insert",)),
+    # The records a run's source read and left out (a backfill's past the end of its window).
+    Migration(13, ("ALTER TABLE runs ADD COLUMN documents_filtered INTEGER NOT NULL DEFAULT 0",)),
 )
 
 
