@@ -250,7 +250,22 @@ def _fuzz(api: str, source_url: str, settle_delete: Callable[[str], None]) -> Fu
                     # earlier in a sequence is not seen by this check (the 404 is right).
                     "include-operation-id": "preview_connector",
                     "checks": {"ensure_resource_availability": {"enabled": False}},
-                }
+                },
+                {
+                    # A crawl mode or a mark is checked against the connector's source (has
+                    # it `incremental`, can its format read the value, is `since` before
+                    # `until`: DESIGN.md §12): no schema knows which connector is which, so
+                    # a body the schema calls valid may be refused, with a 422 naming it.
+                    "include-operation-id-regex": "^(trigger_sync|set_state|reset_state)$",
+                    "checks": {
+                        "positive_data_acceptance": {
+                            "expected-statuses": [
+                                *("2xx", "3xx", "401", "403", "404", "409", "422", "429"),
+                                "5xx",
+                            ]
+                        }
+                    },
+                },
             ],
         }
     )

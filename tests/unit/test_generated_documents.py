@@ -19,8 +19,8 @@ from syncd.api.routes import ROUTES
 from syncd.plugins import Registry
 from syncd.schema import connector_file_schema, model_json_schemas
 
-OPENAPI_SHA256 = "6c87d8f13deb9cbf20e3257b329977f095d357e7679f9d31d03093329b677627"
-CONNECTOR_FILE_SCHEMA_SHA256 = "318a25317a385a4e8e949d27e3c312398bb1d0e7fc5670e084998fdcd7d74eb0"
+OPENAPI_SHA256 = "a3e836db89c6b51c3ac62829494534f704d8ca5b77fd0cc9a693566acb53cab4"
+CONNECTOR_FILE_SCHEMA_SHA256 = "1615ee923b3db8f5020bd7e7617f707a0ed119f1768b891c389dbac1da1340b0"
 
 _ZONES = "<the time zones this machine knows>"
 
