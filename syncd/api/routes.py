@@ -19,7 +19,6 @@ from aiohttp import web
 from syncd.api import views
 from syncd.api.openapi import Reply, Route
 from syncd.api.params import (
-    connector_body,
     connector_query,
     cursor_param,
     json_object,
@@ -30,6 +29,7 @@ from syncd.api.params import (
     service_of,
     status_param,
 )
+from syncd.api.steering import STATE_ROUTES
 from syncd.errors import ValidationError
 from syncd.models import Connector, ConnectorStatus, DocStatus, SyncStatus
 from syncd.observability.metrics import Metrics
@@ -142,31 +142,6 @@ async def abort_sync(request: web.Request) -> web.Response:
     return web.json_response(
         {"connector_id": connector_id, "run_id": run_id, "status": "abort_requested"}, status=202
     )
-
-
-# --- the crawl state -------------------------------------------------------------------
-
-
-async def get_state(request: web.Request) -> web.Response:
-    """``GET /connectors/{id}/state``."""
-    connector_id = path_id(request)
-    state = await service_of(request).get_state(connector_id)
-    return web.json_response(views.state_json(connector_id, state))
-
-
-async def set_state(request: web.Request) -> web.Response:
-    """``PUT /connectors/{id}/state``."""
-    connector_id = path_id(request)
-    body = await connector_body(request)
-    state = await service_of(request).set_state(connector_id, body)
-    return web.json_response(views.state_json(connector_id, state))
-
-
-async def reset_state(request: web.Request) -> web.Response:
-    """``DELETE /connectors/{id}/state``."""
-    connector_id = path_id(request)
-    state = await service_of(request).reset_state(connector_id)
-    return web.json_response(views.state_json(connector_id, state))
 
 
 # --- runs and documents ---------------------------------------------------------------
@@ -455,42 +430,7 @@ ROUTES: tuple[Route, ...] = (
         request_required=False,
         links_id="/connector_id",
     ),
-    Route(
-        "GET",
-        "/connectors/{id}/state",
-        get_state,
-        "The connector's crawl state: its mark, the crawl in progress, the next crawl",
-        {200: Reply("The crawl state", "CrawlState"), 404: _NOT_FOUND},
-    ),
-    Route(
-        "PUT",
-        "/connectors/{id}/state",
-        set_state,
-        "Set the mark the next incremental crawl starts from (a crawl in progress is dropped)",
-        {
-            200: Reply("The new crawl state", "CrawlState"),
-            404: _NOT_FOUND,
-            409: Reply("Sync already in progress / Connector is being deleted", "Conflict"),
-            422: Reply(
-                "Invalid body, a mark the connector's format cannot read, or a connector "
-                "without `incremental`",
-                "ValidationError",
-            ),
-        },
-        request="StateUpdate",
-    ),
-    Route(
-        "DELETE",
-        "/connectors/{id}/state",
-        reset_state,
-        "Reset the mark: the next crawl is a full one, which prunes and sets the mark",
-        {
-            200: Reply("The new crawl state", "CrawlState"),
-            404: _NOT_FOUND,
-            409: Reply("Sync already in progress / Connector is being deleted", "Conflict"),
-            422: Reply("A connector without `incremental` has no mark", "ValidationError"),
-        },
-    ),
+    *STATE_ROUTES,
     Route(
         "POST",
         "/connectors/{id}/sync/abort",
