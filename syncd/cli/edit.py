@@ -95,7 +95,7 @@ def changes(before: Mapping[str, Any], edited: Any, kept: Path) -> dict[str, Any
     if masked:
         raise EditError(
             "\n".join(
-                f'{path}: still masked ("***"): write the secret or a ${{env:NAME}} reference'
+                f'{path}: still masked ("{MASK}"): write the secret or a ${{env:NAME}} reference'
                 for path in masked
             ),
             kept,

@@ -21,6 +21,7 @@ from syncd.models import utcnow
 from syncd.pipeline.engine import SyncEngine
 from syncd.queue.base import WorkQueue
 from syncd.store.base import Store
+from syncd.version import VERSION
 
 log = structlog.get_logger("syncd.daemon.instances")
 
@@ -59,8 +60,6 @@ class Instances:
         """``GET /status``: this instance (version, owner, workers, running syncs), the
         queue's depth, and every instance heard from within the last few heartbeats (this
         one with its live figures)."""
-        from syncd import __version__
-
         now = utcnow()
         mine = self._info()
         since = now - timedelta(seconds=INSTANCES_SEEN_BEATS * self._heartbeat_seconds)
@@ -78,7 +77,7 @@ class Instances:
             "heartbeat_at": views.timestamp(self._heartbeat_at),
         }
         return {
-            "version": __version__,
+            "version": VERSION,
             "instance_id": self._instance_id,
             "owner": self._owner,
             "started_at": mine["started_at"],
@@ -90,11 +89,9 @@ class Instances:
 
     def _info(self) -> dict[str, Any]:
         """What this instance reports in its heartbeat."""
-        from syncd import __version__
-
         return {
             "instance_id": self._instance_id,
-            "version": __version__,
+            "version": VERSION,
             "started_at": views.timestamp(self._started_at),
             "running_syncs": len(self._engine.running),
             "workers": {"concurrency": self._concurrency, "busy": self._workers.busy},
