@@ -65,6 +65,23 @@ def _object(properties: Mapping[str, Any], **extra: Any) -> dict[str, Any]:
     return {"type": "object", "required": list(properties), "properties": dict(properties), **extra}
 
 
+_LOOP_LAG = {
+    "type": "number",
+    "minimum": 0,
+    "description": "The worst lag of the instance's event loop over the last 15 s, in seconds "
+    "(what `syncd_event_loop_lag_seconds` holds): how long every request and run waited too",
+}
+
+_INSTANCE = {
+    "instance_id": {"type": "string"},
+    "owner": {"type": "string"},
+    "version": {"type": "string"},
+    "started_at": {"type": "string", "format": "date-time"},
+    "heartbeat_at": _TIME,
+    "running_syncs": _COUNT,
+    "workers": ref("Workers"),
+}
+
 SCHEMAS: dict[str, Any] = {
     "Error": _object({"detail": {"type": "string"}}),
     "Conflict": {
@@ -359,21 +376,16 @@ SCHEMAS: dict[str, Any] = {
             "workers": ref("Workers"),
             "queue": _object({"depth": _COUNT}),
             "running_syncs": {**_COUNT, "description": "Runs executing in this instance"},
+            "loop_lag_seconds": _LOOP_LAG,
             "instances": {
                 "type": "array",
                 "description": "Instances that sent a heartbeat within the last three "
                 "heartbeat periods (this one included), by owner",
-                "items": _object(
-                    {
-                        "instance_id": {"type": "string"},
-                        "owner": {"type": "string"},
-                        "version": {"type": "string"},
-                        "started_at": {"type": "string", "format": "date-time"},
-                        "heartbeat_at": _TIME,
-                        "running_syncs": _COUNT,
-                        "workers": ref("Workers"),
-                    }
-                ),
+                # loop_lag_seconds is not required: an earlier version does not report it.
+                "items": {
+                    **_object(_INSTANCE),
+                    "properties": {**_INSTANCE, "loop_lag_seconds": _LOOP_LAG},
+                },
             },
         }
     ),

@@ -159,6 +159,14 @@ def ts(value: Any) -> str | None:
     return str(value) if parsed is None else f"{parsed:%Y-%m-%d %H:%M:%S}Z"
 
 
+def loop_lag_text(seconds: Any) -> str:
+    """An event loop's lag of ``GET /status`` in milliseconds (``-`` from a daemon that does
+    not report it)."""
+    if not isinstance(seconds, int | float) or isinstance(seconds, bool):
+        return "-"
+    return f"{seconds * 1000:.1f} ms"
+
+
 def describe_status(status: Mapping[str, Any], now: datetime) -> str:
     """``GET /status`` the way ``status`` prints it: the instance that answered, then a
     table of every instance heard from lately."""
@@ -173,6 +181,7 @@ def describe_status(status: Mapping[str, Any], now: datetime) -> str:
         ("workers", f"{workers.get('busy', 0)} of {workers.get('concurrency', 0)} busy"),
         ("queue", f"{(status.get('queue') or {}).get('depth', 0)} documents waiting"),
         ("running syncs", status.get("running_syncs", 0)),
+        ("loop lag", loop_lag_text(status.get("loop_lag_seconds"))),
     ]
     width = max(len(k) for k, _ in fields) + 1
     text = "".join(f"{(k + ':').ljust(width)}  {cell(v)}\n" for k, v in fields)
@@ -185,10 +194,12 @@ def describe_status(status: Mapping[str, Any], now: datetime) -> str:
             ts(i.get("heartbeat_at")),
             i.get("running_syncs"),
             workers_text(i.get("workers")),
+            loop_lag_text(i.get("loop_lag_seconds")),
         ]
         for i in status.get("instances") or ()
     ]
     headers = ["INSTANCE", "OWNER", "VERSION", "STARTED", "HEARTBEAT", "SYNCS", "WORKERS"]
+    headers.append("LOOP LAG")
     return text + "\n" + render_table(headers, rows)
 
 

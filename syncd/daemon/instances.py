@@ -9,6 +9,7 @@ removes this instance's row at once, so that the others stop listing it.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -43,6 +44,7 @@ class Instances:
         started_at: datetime | None,
         concurrency: int,
         heartbeat_seconds: float,
+        loop_lag: Callable[[], float] = lambda: 0.0,
     ) -> None:
         self._store = store
         self._queue = queue
@@ -53,6 +55,7 @@ class Instances:
         self._started_at = started_at
         self._concurrency = concurrency
         self._heartbeat_seconds = heartbeat_seconds
+        self._loop_lag = loop_lag
         self._heartbeat_at: datetime | None = None
         self._beat_write: asyncio.Task[None] | None = None
 
@@ -84,6 +87,7 @@ class Instances:
             "workers": mine["workers"],
             "queue": {"depth": sum((await self._queue.depth()).values())},
             "running_syncs": mine["running_syncs"],
+            "loop_lag_seconds": mine["loop_lag_seconds"],
             "instances": [instances[owner] for owner in sorted(instances)],
         }
 
@@ -95,6 +99,9 @@ class Instances:
             "started_at": views.timestamp(self._started_at),
             "running_syncs": len(self._engine.running),
             "workers": {"concurrency": self._concurrency, "busy": self._workers.busy},
+            # The worst lag of this instance's event loop lately, as the metric
+            # syncd_event_loop_lag_seconds holds it: what every request and run waited too.
+            "loop_lag_seconds": round(self._loop_lag(), 4),
         }
 
     async def heartbeat(self) -> None:

@@ -736,8 +736,10 @@
       h("td", null, time(i.started_at)),
       h("td", null, time(i.heartbeat_at)),
       h("td", { class: "num" }, String(i.running_syncs)),
-      h("td", { class: "num" }, i.workers ? `${i.workers.busy} of ${i.workers.concurrency}` : "—"))));
-    if (!nodes) $("d-nodes").append(emptyRow(6, "This daemon does not report its instances"));
+      h("td", { class: "num" }, i.workers ? `${i.workers.busy} of ${i.workers.concurrency}` : "—"),
+      h("td", { class: "num" }, typeof i.loop_lag_seconds === "number"
+        ? `${(i.loop_lag_seconds * 1000).toFixed(1)} ms` : "—"))));
+    if (!nodes) $("d-nodes").append(emptyRow(7, "This daemon does not report its instances"));
 
     const running = [...state.connectors.values()].filter((c) => c.sync_status === "running");
     $("d-instances").replaceChildren(...running.sort(byName).map((c) => h("tr", null,

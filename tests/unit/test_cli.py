@@ -91,6 +91,7 @@ STATUS = {
     "workers": {"concurrency": 4, "busy": 2},
     "queue": {"depth": 12},
     "running_syncs": 1,
+    "loop_lag_seconds": 0.0042,
     "instances": [
         {
             "instance_id": "node-1",
@@ -100,6 +101,7 @@ STATUS = {
             "heartbeat_at": "2024-05-01T12:00:00Z",
             "running_syncs": 1,
             "workers": {"concurrency": 4, "busy": 2},
+            "loop_lag_seconds": 0.0042,
         },
         {
             "instance_id": "node-2",
@@ -1153,11 +1155,13 @@ async def test_status_shows_this_daemon_and_every_instance(fake: tuple[FakeApi, 
         "workers": "2 of 4 busy",
         "queue": "12 documents waiting",
         "running syncs": "1",
+        "loop lag": "4.2 ms",
     }
+    # node-2 runs an earlier version, which reports no loop lag.
     assert table.splitlines() == [
-        "INSTANCE  OWNER          VERSION  STARTED               HEARTBEAT             SYNCS  WORKERS",  # noqa: E501
-        "node-1    node-1/a1b2c3  0.1.0    2024-05-01 10:00:00Z  2024-05-01 12:00:00Z  1      2/4",
-        "node-2    node-2/d4e5f6  0.1.0    2024-05-01 11:00:00Z  2024-05-01 12:00:01Z  0      0/8",
+        "INSTANCE  OWNER          VERSION  STARTED               HEARTBEAT             SYNCS  WORKERS  LOOP LAG",  # noqa: E501
+        "node-1    node-1/a1b2c3  0.1.0    2024-05-01 10:00:00Z  2024-05-01 12:00:00Z  1      2/4      4.2 ms",  # noqa: E501
+        "node-2    node-2/d4e5f6  0.1.0    2024-05-01 11:00:00Z  2024-05-01 12:00:01Z  0      0/8      -",  # noqa: E501
     ]  # fmt: skip
     result = await syncd("status", "--url", url, "--json")
     assert json.loads(result.out) == STATUS
