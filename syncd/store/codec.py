@@ -7,7 +7,8 @@ driver returns native values passes :func:`identity`.
 
 Two columns are JSON text on every backend: a document's ``payload`` (its canonical JSON
 text, :func:`syncd.jsontext.canonical_json`, stored and returned as it is so that integers of
-any size and ``\u0000`` survive) and a run's ``rejections`` (ASCII JSON text).
+any size and ``\u0000`` survive) and a run's ``rejections`` and ``warnings`` (ASCII JSON
+text).
 
 Which documents of a crawled page are written and enqueued is a rule, not a conversion:
 :func:`syncd.rules.plan_page`.
@@ -66,6 +67,8 @@ __all__ = [
     "run_from_row",
     "status_counts",
     "waiting_from_columns",
+    "warnings_from_text",
+    "warnings_text",
 ]
 
 
@@ -462,6 +465,8 @@ RUN_COLUMNS: tuple[str, ...] = (
     "deleted",
     "deletions_held",
     "attempt",
+    "end_reason",
+    "warnings",
 )
 """Every column of the runs table."""
 
@@ -490,6 +495,18 @@ def merge_rejections(current: str | None, page: int, rejected: Sequence[Rejectio
     return json.dumps(sample, ensure_ascii=True, separators=(",", ":"))
 
 
+def warnings_text(warnings: Sequence[str]) -> str:
+    """A run's ``warnings`` column: a JSON array of texts, ASCII like ``rejections``."""
+    return json.dumps(list(warnings), ensure_ascii=True, separators=(",", ":"))
+
+
+def warnings_from_text(text: str | None) -> tuple[str, ...]:
+    """The run's warnings from its ``warnings`` column."""
+    if not text:
+        return ()
+    return tuple(str(w) for w in json.loads(text))
+
+
 def run_from_row(row: Row, *, dt: Callable[[Any], datetime | None] = decode_dt) -> Run:
     """Build a :class:`Run` from a row holding :data:`RUN_COLUMNS`."""
     started_at = dt(row["started_at"])
@@ -512,6 +529,8 @@ def run_from_row(row: Row, *, dt: Callable[[Any], datetime | None] = decode_dt) 
         deleted=int(row["deleted"]),
         deletions_held=int(row["deletions_held"]),
         attempt=int(row["attempt"]),
+        end_reason=row["end_reason"],
+        warnings=warnings_from_text(row["warnings"]),
     )
 
 

@@ -19,7 +19,7 @@ from syncd.api.routes import ROUTES
 from syncd.plugins import Registry
 from syncd.schema import connector_file_schema, model_json_schemas
 
-OPENAPI_SHA256 = "6c87d8f13deb9cbf20e3257b329977f095d357e7679f9d31d03093329b677627"
+OPENAPI_SHA256 = "3fce2c8683ebbe8b7e5db0df41e980ed67a67235a3b79acef88e8b3b8cdd6c51"
 CONNECTOR_FILE_SCHEMA_SHA256 = "318a25317a385a4e8e949d27e3c312398bb1d0e7fc5670e084998fdcd7d74eb0"
 
 _ZONES = "<the time zones this machine knows>"
