@@ -210,17 +210,18 @@ def _progress_line(connector: Mapping[str, Any], now: datetime, *, countdown: bo
 
 
 def outcome_line(run: Mapping[str, Any], *, indexed: bool = False) -> str:
-    """What ``sync --follow`` prints of a finished run: its counts, a line per warning
-    about how its crawl ended, and last the outcome with the error or the crawl's end."""
+    """What ``sync --follow`` prints of a finished run: its counts, how its crawl ended and
+    a line per warning about that end, and last the outcome alone (scripts read it), or
+    ``failed:`` with the error."""
     outcome = str(run.get("outcome"))
     summary = (
         f"run {run.get('id')}: {run.get('pages', 0)} pages, "
         f"{run.get('documents_seen', 0)} documents seen, "
         f"{run.get('documents_enqueued', 0)} {'indexed' if indexed else 'enqueued'}\n"
     )
+    if run.get("end_reason"):
+        summary += f"crawl ended: {run['end_reason']}\n"
     summary += "".join(f"warning: {w}\n" for w in run.get("warnings") or ())
     if outcome == "failed":
         return f"{summary}failed: {run.get('error')}"
-    if run.get("end_reason"):
-        return f"{summary}{outcome} (crawl ended: {run['end_reason']})"
     return summary + outcome
