@@ -803,9 +803,9 @@ async def test_follow_ends_with_how_the_crawl_ended_and_its_warnings(
     # A warning does not fail the run: the exit code is that of a success.
     assert result.code == 0, result.err
     assert result.out.splitlines()[-4:] == [
-        "run r-new: 3 pages, 250 documents seen, 40 indexed",
         "crawl ended: no next cursor at 'cursor'",
         f"warning: {warning}",
+        "run r-new: 3 pages, 250 documents seen, 40 indexed",
         "succeeded",
     ]
 
