@@ -209,9 +209,9 @@ SCHEMAS: dict[str, Any] = {
                 **_STR_OR_NULL,
                 "description": "The rule that ended this run's crawl (e.g. \"no next cursor "
                 "at 'next_cursor'\", \"'has_more' is false\", \"short page (3 of 100), no "
-                "total configured\", \"status 400 past the last page (end_status)\", "
-                "\"max_pages (5) reached\"; a plugin source: \"the source returned no next "
-                "cursor\"); null unless the run succeeded.",
+                'total configured", "status 400 past the last page (end_status)", '
+                '"max_pages (5) reached"; a plugin source: "the source returned no next '
+                'cursor"); null unless the run succeeded.',
             },
             "warnings": {
                 "type": "array",
