@@ -13,6 +13,7 @@ from syncd.models import CrawlEnd, Page
 from syncd.pipeline.pages import SOURCE_ENDED, crawl_end
 from syncd.sources.base import SourceContext
 from syncd.sources.http import HttpSource
+from syncd.sources.threaded import as_async
 from tests.unit.test_pagination_styles import URL, FakeTransport, answer
 
 CURSOR_TYPO = "next cursor path 'cursor' was absent from every page: check `pagination.next_cursor`"
@@ -189,7 +190,22 @@ class TellingPlugin(PluginSource):
         return CrawlEnd("the export said it was complete")
 
 
+class BlockingPlugin:
+    def fetch_page(self, cursor: str | None) -> Page:
+        return Page([], None)
+
+
+class TellingBlockingPlugin(BlockingPlugin):
+    def crawl_end(self) -> CrawlEnd | None:
+        return CrawlEnd("the SDK's iterator was exhausted")
+
+
 def test_a_source_that_does_not_say_gets_the_generic_end() -> None:
     assert crawl_end(PluginSource()) == CrawlEnd(SOURCE_ENDED)
     assert SOURCE_ENDED == "the source returned no next cursor"
     assert crawl_end(TellingPlugin()) == CrawlEnd("the export said it was complete")
+    # A blocking plugin, run in a worker thread, says it the same way.
+    assert crawl_end(as_async(BlockingPlugin())) == CrawlEnd(SOURCE_ENDED)
+    assert crawl_end(as_async(TellingBlockingPlugin())) == CrawlEnd(
+        "the SDK's iterator was exhausted"
+    )
