@@ -213,6 +213,20 @@ class RunEnd:
     outcome: RunOutcome
     finished_at: datetime
     error: str | None = None
+    # How the run's crawl ended, for a run that completed it (:class:`CrawlEnd`).
+    end_reason: str | None = None
+    warnings: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class CrawlEnd:
+    """How a crawl ended: the rule that ended it (``reason``: "no next cursor at 'next'",
+    "'has_more' is false", "short page (3 of 100), no total configured", …, worded by the
+    source) and what looks wrong about that end (``warnings``: a configured path absent
+    from every page, which is what a misspelt path looks like)."""
+
+    reason: str
+    warnings: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -310,6 +324,10 @@ class Run:
     deletions_held: int = 0
     # 1 for a first try; n for the n-th run in a row after failures (manual runs count from 1).
     attempt: int = 1
+    # How the crawl ended (a succeeded run: CrawlEnd.reason; None for any other outcome) and
+    # the warnings about that end.
+    end_reason: str | None = None
+    warnings: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

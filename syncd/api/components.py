@@ -222,6 +222,20 @@ SCHEMAS: dict[str, Any] = {
                 **_COUNT,
                 "description": "Deletions the guard held at the end of this run's crawl.",
             },
+            "end_reason": {
+                **_STR_OR_NULL,
+                "description": "The rule that ended this run's crawl (e.g. \"no next cursor "
+                "at 'next_cursor'\", \"'has_more' is false\", \"short page (3 of 100), no "
+                'total configured", "status 400 past the last page (end_status)", '
+                '"max_pages (5) reached"; a plugin source: "the source returned no next '
+                'cursor"); null unless the run succeeded.',
+            },
+            "warnings": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "What looks wrong about how the crawl ended: a configured "
+                "path absent from every page (a misspelt path). The run still succeeded.",
+            },
         }
     ),
     "RunList": _page_of("Run"),

@@ -209,6 +209,8 @@ def run_json(run: Run) -> dict[str, Any]:
         "deleted": run.deleted,
         "deletions_held": run.deletions_held,
         "attempt": run.attempt,
+        "end_reason": run.end_reason,
+        "warnings": list(run.warnings),
     }
 
 

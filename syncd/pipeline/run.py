@@ -30,6 +30,7 @@ from syncd.models import (
     ABORTED_ERROR,
     Connector,
     Crawl,
+    CrawlEnd,
     PruneResult,
     Run,
     RunOutcome,
@@ -42,7 +43,14 @@ from syncd.models import (
 from syncd.observability.logs import describe_error
 from syncd.observability.metrics import Metrics
 from syncd.pipeline.builder import SourceBuilder, paginator_for
-from syncd.pipeline.pages import CursorRejected, PreparedPage, checkpoint, guard_resume, read_ahead
+from syncd.pipeline.pages import (
+    CursorRejected,
+    PreparedPage,
+    checkpoint,
+    crawl_end,
+    guard_resume,
+    read_ahead,
+)
 from syncd.pipeline.prepare import Preparer
 from syncd.plugins import Registry
 from syncd.queue.base import WorkQueue
@@ -105,6 +113,8 @@ class SyncRun:
         # whether its deletions are done at once (rules.deletes_at_once).
         self._crawl: Crawl | None = None
         self._delete_at_once = True
+        # How the crawl ended, once its last page is committed (recorded on success).
+        self._crawl_end: CrawlEnd | None = None
 
     @property
     def outage(self) -> Waiting | None:
@@ -239,8 +249,10 @@ class SyncRun:
             if rejected:
                 ctx.metrics.records_rejected.inc(len(rejected))
                 log.warning("sync.records_rejected", count=len(rejected), reason=rejected[0].reason)
+            # Read right after the last page, as the checkpoint is.
+            end = None if page.next_cursor else crawl_end(source)
             yield PreparedPage(
-                page.next_cursor, docs, checkpoint(source), tuple(rejected), tuple(gone)
+                page.next_cursor, docs, checkpoint(source), tuple(rejected), tuple(gone), end
             )
             await ctx.pacer.turn()  # before the next fetch (and its decoding)
 
@@ -255,6 +267,8 @@ class SyncRun:
             # store is unavailable (the upserts are idempotent, the checkpoint is fenced).
             ids = await self._ride_out(functools.partial(self._commit, item, indexed_on_commit))
             self._note = None
+            if item.end is not None:
+                self._crawl_end = item.end
             if ids and not indexed_on_commit:
                 # Committed as pending: if not queued, the queue is rebuilt from the store, or
                 # a re-sync would leave these unchanged documents unqueued; the run fails once
@@ -366,6 +380,7 @@ class SyncRun:
                 crawl=crawl,
                 counts=counts,
                 delete_at_once=self._delete_at_once,
+                end=self._crawl_end,
             )
 
         store = self._ctx.store
@@ -401,6 +416,9 @@ class SyncRun:
         if attempt:
             log.info("sync.end_recorded", outcome=outcome, attempts=attempt + 1)
         self._ctx.metrics.runs.labels(trigger=str(self.trigger), outcome=str(outcome)).inc()
+        if outcome is RunOutcome.SUCCEEDED and self._crawl_end is not None:
+            for warning in self._crawl_end.warnings:
+                log.warning("sync.crawl_warning", warning=warning, end=self._crawl_end.reason)
         await self._ended(outcome)
         await self._pruned(pruned)
         if self._ctx.on_change is not None:
@@ -458,4 +476,5 @@ def _counts(run: Run) -> dict[str, Any]:
         "documents_rejected": run.documents_rejected,
         "documents_deleted": run.deleted,
         "deletions_held": run.deletions_held,
+        "end_reason": run.end_reason,
     }

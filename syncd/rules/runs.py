@@ -12,6 +12,7 @@ from syncd.models import (
     Connector,
     ConnectorStatus,
     Crawl,
+    CrawlEnd,
     Progress,
     PruneAction,
     PruneCounts,
@@ -131,8 +132,10 @@ def succeed(
     crawl: Crawl | None = None,
     counts: PruneCounts | None = None,
     delete_at_once: bool = False,
+    end: CrawlEnd | None = None,
 ) -> Transition:
     """The crawl loop finished: ``error``/``active`` → ``active``; ``paused`` stays paused.
+    The run records how its crawl ended (``end``: the rule, and the warnings about it).
 
     When the run completed a full crawl (``crawl``, the one whose documents it stamped, is
     the connector's and ``full``), the live documents it did not see are pruned as
@@ -165,7 +168,14 @@ def succeed(
         ),
         status,
     )
-    return Transition(done, ends=(RunEnd(run_id, RunOutcome.SUCCEEDED, now),), prune=plan)
+    ended = RunEnd(
+        run_id,
+        RunOutcome.SUCCEEDED,
+        now,
+        end_reason=end.reason if end is not None else None,
+        warnings=end.warnings if end is not None else (),
+    )
+    return Transition(done, ends=(ended,), prune=plan)
 
 
 def fail(c: Connector, *, run_id: str, error: str, now: datetime) -> Transition:

@@ -660,7 +660,7 @@
 
     const runs = state.runs.get(id) || { data: [], more: false };
     $("c-runs").replaceChildren(...runs.data.map((r) => runRow(r, c)));
-    if (!runs.data.length) $("c-runs").append(emptyRow(9, "No runs yet"));
+    if (!runs.data.length) $("c-runs").append(emptyRow(10, "No runs yet"));
     $("c-runs-more").hidden = !runs.more;
     setText($("c-runs-more"), `Showing the ${RUNS_LIMIT} newest runs.`);
 
@@ -692,6 +692,9 @@
       h("td", { class: "num" }, String(live ? c.progress.documents : r.documents_seen)),
       h("td", { class: "num" }, String(r.documents_enqueued)),
       h("td", { class: "num" }, String(r.documents_rejected ?? 0)),
+      // How the crawl ended, and what looks wrong about it (a misspelt path).
+      h("td", { "data-k": "end" }, h("span", { "data-k": "end-reason" }, r.end_reason || ""),
+        (r.warnings || []).map((w) => h("div", { class: "warn", "data-k": "warning" }, `⚠ ${w}`))),
       h("td", { class: "err" }, r.error || ""));
   }
 

@@ -687,15 +687,24 @@ async def test_runs_table(fake: tuple[FakeApi, str]) -> None:
     api, url = fake
     api.runs["c1"] = [
         run_row("r2", "failed", error="HTTP 503\nafter 4 attempts"),
-        run_row("r1", "succeeded", trigger="schedule", deleted=10),
+        run_row(
+            "r1",
+            "succeeded",
+            trigger="schedule",
+            deleted=10,
+            end_reason="no next cursor at 'cursor'",
+            warnings=["next cursor path 'cursor' was absent from every page"],
+        ),
     ]
     result = await syncd("runs", "tickets", "--url", url, "--limit", "5")
     assert result.code == 0
     # The store indexer is done once a page is stored: the count is of documents indexed.
+    # How a crawl ended is a column; a warning about it, a line under the table.
     assert result.out == (
-        "ID  TRIGGER   OUTCOME    STARTED               FINISHED              PAGES  SEEN  INDEXED  DELETED  ERROR\n"  # noqa: E501
-        "r2  manual    failed     2024-05-01 12:00:00Z  2024-05-01 12:00:05Z  3      250   40       0        HTTP 503 after 4 attempts\n"  # noqa: E501
-        "r1  schedule  succeeded  2024-05-01 12:00:00Z  2024-05-01 12:00:05Z  3      250   40       10       -\n"  # noqa: E501
+        "ID  TRIGGER   OUTCOME    STARTED               FINISHED              PAGES  SEEN  INDEXED  DELETED  ENDED                       ERROR\n"  # noqa: E501
+        "r2  manual    failed     2024-05-01 12:00:00Z  2024-05-01 12:00:05Z  3      250   40       0        -                           HTTP 503 after 4 attempts\n"  # noqa: E501
+        "r1  schedule  succeeded  2024-05-01 12:00:00Z  2024-05-01 12:00:05Z  3      250   40       10       no next cursor at 'cursor'  -\n"  # noqa: E501
+        "warning: run r1: next cursor path 'cursor' was absent from every page\n"
     )  # fmt: skip
     assert api.requests("GET")[-1].query == {"limit": "5"}
     api.connectors["c1"]["indexer"] = {"type": "webhook", "url": "http://127.0.0.1:9/hook"}
@@ -781,6 +790,26 @@ async def test_follow_exits_1_unless_the_run_succeeded(
     result = await syncd("sync", "c1", "-f", "--interval", "0.01", "--url", url)
     assert result.code == 1
     assert result.out.splitlines()[-1] == last_line
+
+
+async def test_follow_ends_with_how_the_crawl_ended_and_its_warnings(
+    fake: tuple[FakeApi, str],
+) -> None:
+    api, url = fake
+    api.script = follow_script()[-2:]
+    warning = "next cursor path 'cursor' was absent from every page: check `pagination.next_cursor`"
+    api.runs["c1"] = [
+        run_row("r-new", "succeeded", end_reason="no next cursor at 'cursor'", warnings=[warning])
+    ]
+    result = await syncd("sync", "c1", "-f", "--interval", "0.01", "--url", url)
+    # A warning does not fail the run: the exit code is that of a success.
+    assert result.code == 0, result.err
+    assert result.out.splitlines()[-4:] == [
+        "crawl ended: no next cursor at 'cursor'",
+        f"warning: {warning}",
+        "run r-new: 3 pages, 250 documents seen, 40 indexed",
+        "succeeded",
+    ]
 
 
 async def test_follow_finds_its_run_behind_a_newer_one(fake: tuple[FakeApi, str]) -> None:

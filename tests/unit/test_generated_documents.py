@@ -19,7 +19,7 @@ from syncd.api.routes import ROUTES
 from syncd.plugins import Registry
 from syncd.schema import connector_file_schema, model_json_schemas
 
-OPENAPI_SHA256 = "bca8de8a979c5de639c462cb2fb8af7c53b881655e9b7372deeaa9a07642908a"
+OPENAPI_SHA256 = "9c0508c2abfdd86c848cd89f47e05c6104499dd5d30451169c3d90f1de8113f3"
 CONNECTOR_FILE_SCHEMA_SHA256 = "318a25317a385a4e8e949d27e3c312398bb1d0e7fc5670e084998fdcd7d74eb0"
 
 _ZONES = "<the time zones this machine knows>"

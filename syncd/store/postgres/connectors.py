@@ -153,7 +153,15 @@ class PostgresConnectors:
                 start.attempt,
             )
         for end in transition.ends:
-            await tx.execute(sql.END_RUN, end.id, end.outcome.value, end.finished_at, end.error)
+            await tx.execute(
+                sql.END_RUN,
+                end.id,
+                end.outcome.value,
+                end.finished_at,
+                end.error,
+                end.end_reason,
+                codec.warnings_text(end.warnings),
+            )
         return after
 
     async def delete_connector(self, connector_id: str) -> None:

@@ -266,4 +266,13 @@ ALTER TABLE runs ADD COLUMN attempt integer NOT NULL DEFAULT 1;
         "CREATE INDEX documents_retry_wait_idx ON documents (lease_until) "
         "WHERE status = 'pending' AND lease_until IS NOT NULL;",
     ),
+    (
+        12,
+        # How a run's crawl ended (the rule that ended it) and the warnings about that end, a
+        # JSON array of texts.
+        """
+ALTER TABLE runs ADD COLUMN end_reason text;
+ALTER TABLE runs ADD COLUMN warnings text NOT NULL DEFAULT '[]';
+""",
+    ),
 )

@@ -355,7 +355,7 @@ INSERT INTO runs (id, connector_id, trigger, outcome, started_at, owner, attempt
 VALUES ($1, $2, $3, 'running', $4, $5, $6)"""
 
 END_RUN: Final = """
-UPDATE runs SET outcome = $2, finished_at = $3, error = $4
+UPDATE runs SET outcome = $2, finished_at = $3, error = $4, end_reason = $5, warnings = $6
 WHERE id = $1 AND outcome = 'running'"""
 
 GET_RUN: Final = f"SELECT {_RUN_COLUMNS} FROM runs WHERE id = $1"

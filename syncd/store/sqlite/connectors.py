@@ -20,6 +20,7 @@ from syncd.models import (
     PruneCounts,
     PrunePlan,
     PruneResult,
+    RunEnd,
     SyncStatus,
     Transition,
 )
@@ -34,6 +35,7 @@ from syncd.store.codec import (
     encode_dt,
     load_json,
     status_counts,
+    warnings_text,
 )
 from syncd.store.sqlite import sql
 from syncd.store.sqlite.connection import SQLiteDatabase, SQLiteSession
@@ -203,10 +205,7 @@ class SQLiteConnectors:
         if transition.ends:
             await tx.executemany(
                 sql.END_RUN,
-                [
-                    (end.outcome.value, encode_dt(end.finished_at), end.error, end.id)
-                    for end in transition.ends
-                ],
+                [_end_values(end) for end in transition.ends],
             )
         return after
 
@@ -259,7 +258,7 @@ class SQLiteConnectors:
             if plan.ends:
                 await tx.executemany(
                     sql.END_RUN,
-                    [(e.outcome.value, encode_dt(e.finished_at), e.error, e.id) for e in plan.ends],
+                    [_end_values(e) for e in plan.ends],
                 )
         return plan.results
 
@@ -298,3 +297,15 @@ def _counted(row: Any) -> tuple[Connector, dict[DocStatus, int]]:
 def _counts(row: Any) -> dict[DocStatus, int]:
     """Every status's count from a row's ``document_counts`` JSON object (zero if absent)."""
     return status_counts(load_json(row["document_counts"]) or {})
+
+
+def _end_values(end: RunEnd) -> tuple[Any, ...]:
+    """The parameters of ``END_RUN`` for ``end``."""
+    return (
+        end.outcome.value,
+        encode_dt(end.finished_at),
+        end.error,
+        end.end_reason,
+        warnings_text(end.warnings),
+        end.id,
+    )

@@ -244,6 +244,15 @@ MIGRATIONS: tuple[Migration, ...] = (
     # which every claim and finish of the workers waited behind. Updates and deletes keep
     # their triggers.
     Migration(12, ("DROP TRIGGER IF EXISTS documents_counted_insert",)),
+    # How a run's crawl ended (the rule that ended it) and the warnings about that end, a
+    # JSON array of texts.
+    Migration(
+        13,
+        (
+            "ALTER TABLE runs ADD COLUMN end_reason TEXT",
+            "ALTER TABLE runs ADD COLUMN warnings TEXT NOT NULL DEFAULT '[]'",
+        ),
+    ),
 )
 
 

@@ -101,7 +101,8 @@ INSERT_RUN = (
     "VALUES (?, ?, ?, 'running', ?, ?, ?)"
 )
 END_RUN = (
-    "UPDATE runs SET outcome = ?, finished_at = ?, error = ? WHERE id = ? AND outcome = 'running'"
+    "UPDATE runs SET outcome = ?, finished_at = ?, error = ?, end_reason = ?, warnings = ? "
+    "WHERE id = ? AND outcome = 'running'"
 )
 GET_RUN = f"{_RUN_SELECT} WHERE id = ?"
 LIST_RUNS = f"{_RUN_SELECT} WHERE connector_id = ? ORDER BY id DESC LIMIT ?"
