@@ -92,6 +92,7 @@ def describe_connector(connector: Mapping[str, Any]) -> str:
         ("next run", ts(next_run(connector))),
         ("documents", ", ".join(f"{k} {v}" for k, v in documents.items()) or None),
         ("deletions held", connector.get("deletions_held") or None),
+        ("awaiting confirmation", connector.get("documents_awaiting_confirmation") or None),
         ("source", connector.get("source")),
         ("indexer", connector.get("indexer")),
         ("page retries", connector.get("page_retries")),

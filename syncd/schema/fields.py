@@ -45,6 +45,8 @@ SECONDS_MAX = 3600
 TIMEOUT_MAX = 3600
 """Upper bound of ``source.timeout.read`` / ``connect`` (seconds)."""
 MAX_PAGES_MAX = 1_000_000_000
+PRUNE_CONFIRMATIONS_MAX = 100
+"""The most complete crawls in a row a connector may ask to miss a document before it goes."""
 LIMIT_MAX = 1_000_000
 START_MAX = 1_000_000_000
 STATUS_MIN, STATUS_MAX = 400, 599
@@ -187,6 +189,12 @@ def _int_between(low: int, high: int) -> Callable[[Any], Any]:
         return value
 
     return check
+
+
+def _flag(value: Any) -> Any:
+    if not isinstance(value, bool):
+        fail("Must be true or false")
+    return value
 
 
 def _seconds(value: Any) -> Any:
@@ -372,6 +380,13 @@ RunRetries = Annotated[
     int,
     Field(strict=True, ge=0, le=RUN_RETRIES_MAX),
     BeforeValidator(_int_between(0, RUN_RETRIES_MAX)),
+]
+Flag = Annotated[bool, Field(strict=True), BeforeValidator(_flag)]
+"""A boolean: ``true`` or ``false``, nothing that merely reads as one."""
+PruneConfirmations = Annotated[
+    int,
+    Field(strict=True, ge=1, le=PRUNE_CONFIRMATIONS_MAX),
+    BeforeValidator(_int_between(1, PRUNE_CONFIRMATIONS_MAX)),
 ]
 StatusCode = Annotated[
     int,

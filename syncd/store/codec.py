@@ -184,6 +184,8 @@ CONNECTOR_COLUMNS: tuple[str, ...] = (
     "retry_backoff",
     "failures",
     "retry_at",
+    "prune_confirmations",
+    "awaiting_confirmation",
 )
 """Every column of the connectors table, in the order :func:`connector_to_row` yields them."""
 
@@ -277,6 +279,8 @@ def connector_to_row(
         "retry_backoff": c.retry_backoff,
         "failures": c.failures,
         "retry_at": dt(c.retry_at),
+        "prune_confirmations": c.prune_confirmations,
+        "awaiting_confirmation": c.awaiting_confirmation,
     }
 
 
@@ -343,7 +347,13 @@ def connector_from_row(
         retry_backoff=float(row["retry_backoff"]),
         failures=int(row["failures"]),
         retry_at=dt(row["retry_at"]),
+        prune_confirmations=_optional_int(row["prune_confirmations"]),
+        awaiting_confirmation=int(row["awaiting_confirmation"]),
     )
+
+
+def _optional_int(value: Any) -> int | None:
+    return None if value is None else int(value)
 
 
 _T = TypeVar("_T")
@@ -462,6 +472,7 @@ RUN_COLUMNS: tuple[str, ...] = (
     "deleted",
     "deletions_held",
     "attempt",
+    "awaiting_confirmation",
 )
 """Every column of the runs table."""
 
@@ -512,6 +523,7 @@ def run_from_row(row: Row, *, dt: Callable[[Any], datetime | None] = decode_dt) 
         deleted=int(row["deleted"]),
         deletions_held=int(row["deletions_held"]),
         attempt=int(row["attempt"]),
+        awaiting_confirmation=int(row["awaiting_confirmation"]),
     )
 
 
@@ -530,6 +542,7 @@ DOCUMENT_COLUMNS: tuple[str, ...] = (
     "lease_token",
     "lease_until",
     "op",
+    "missed",
 )
 """The columns of a document without its payload (listings never read the payload)."""
 
@@ -564,6 +577,7 @@ def document_from_row(
         lease_token,
         lease_until,
         op,
+        missed,
         *rest,
     ) = row
     text: str | None = rest[0] if with_payload else None
@@ -589,6 +603,7 @@ def document_from_row(
             "payload_json": text,
             "op": _OPS[op],
             "fields": None,
+            "missed": int(missed),
         }
     )
 

@@ -266,4 +266,20 @@ ALTER TABLE runs ADD COLUMN attempt integer NOT NULL DEFAULT 1;
         "CREATE INDEX documents_retry_wait_idx ON documents (lease_until) "
         "WHERE status = 'pending' AND lease_until IS NOT NULL;",
     ),
+    (
+        12,
+        # A document is deleted once enough complete full crawls in a row missed it (DESIGN.md
+        # §12): each document counts the crawls that missed it; the connector keeps its
+        # setting (NULL: its pagination's default) and the documents waiting for
+        # confirmation, each run those it left waiting.
+        """
+ALTER TABLE connectors
+    ADD COLUMN prune_confirmations integer,
+    ADD COLUMN awaiting_confirmation bigint NOT NULL DEFAULT 0;
+
+ALTER TABLE runs ADD COLUMN awaiting_confirmation bigint NOT NULL DEFAULT 0;
+
+ALTER TABLE documents ADD COLUMN missed integer NOT NULL DEFAULT 0;
+""",
+    ),
 )

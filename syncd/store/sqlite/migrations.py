@@ -244,6 +244,21 @@ MIGRATIONS: tuple[Migration, ...] = (
     # which every claim and finish of the workers waited behind. Updates and deletes keep
     # their triggers.
     Migration(12, ("DROP TRIGGER IF EXISTS documents_counted_insert",)),
+    # A document is deleted once enough complete full crawls in a row missed it (DESIGN.md
+    # §12): each document counts the crawls that missed it (a partial index finds the few
+    # that did); the connector keeps its setting (NULL: its pagination's default) and the
+    # documents waiting for confirmation, each run those it left waiting.
+    Migration(
+        13,
+        (
+            "ALTER TABLE connectors ADD COLUMN prune_confirmations INTEGER",
+            "ALTER TABLE connectors ADD COLUMN awaiting_confirmation INTEGER NOT NULL DEFAULT 0",
+            "ALTER TABLE runs ADD COLUMN awaiting_confirmation INTEGER NOT NULL DEFAULT 0",
+            "ALTER TABLE documents ADD COLUMN missed INTEGER NOT NULL DEFAULT 0",
+            "CREATE INDEX documents_missed ON documents (connector_id, external_id) "
+            "WHERE missed > 0",
+        ),
+    ),
 )
 
 
