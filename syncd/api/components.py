@@ -144,6 +144,7 @@ SCHEMAS: dict[str, Any] = {
             "prune_confirmations": {
                 "type": ["integer", "null"],
                 "minimum": 1,
+                "maximum": 100,
                 "description": "Complete full crawls in a row that must miss a document "
                 "before it is deleted, as set; null: the default of the source's pagination "
                 "(2 for `offset`, `page` and `shifts: true`, else 1).",
