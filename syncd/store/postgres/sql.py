@@ -239,28 +239,27 @@ DELETE_CONFIRMED: Final = _mark_delete("d.missed > 0 AND d.missed >= $4")
 # Held, and not seen again by a crawl begun since (its pages are the only ones kept).
 DELETE_HELD: Final = _mark_delete(f"d.held AND NOT EXISTS ({_seen(None)})")
 
-HOLD_CONFIRMED: Final = f"""
+
+def _update_in_id_order(selection: str, assignments: str) -> str:
+    """An update of the connector's ($1) documents matching ``selection`` (on ``d``), locked
+    first in id order, like every statement that writes several documents (see
+    --- documents ---)."""
+    return f"""
 WITH c AS (
     SELECT d.external_id FROM documents AS d
-    WHERE d.connector_id = $1 AND {_PRUNABLE} AND d.missed > 0 AND d.missed >= $2
+    WHERE d.connector_id = $1 AND {selection}
     ORDER BY d.external_id
     FOR UPDATE OF d
 )
-UPDATE documents AS d SET held = true
+UPDATE documents AS d SET {assignments}
 FROM c
 WHERE d.connector_id = $1 AND d.external_id = c.external_id"""
 
-# In id order, like every statement that writes several documents (see --- documents ---).
-CLEAR_HELD: Final = """
-WITH c AS (
-    SELECT external_id FROM documents
-    WHERE connector_id = $1 AND held
-    ORDER BY external_id
-    FOR UPDATE
+
+HOLD_CONFIRMED: Final = _update_in_id_order(
+    f"{_PRUNABLE} AND d.missed > 0 AND d.missed >= $2", "held = true"
 )
-UPDATE documents AS d SET held = false
-FROM c
-WHERE d.connector_id = $1 AND d.external_id = c.external_id"""
+CLEAR_HELD: Final = _update_in_id_order("d.held", "held = false")
 
 # A prune that writes documents in two statements (deleting some held documents, then
 # unmarking the others) locks, first and in id order, every document either may write: each
@@ -274,19 +273,20 @@ WHERE connector_id = $1 AND held
 ORDER BY external_id
 FOR UPDATE"""
 
-# At a complete crawl's end, in one statement (so in id order, locking every document the
-# crawl's end writes, DELETE_CONFIRMED and HOLD_CONFIRMED included: see LOCK_HELD): no
-# document stays held (the crawl recomputes that), and each counts the complete crawls in a
-# row that missed it: one more for the prunable ones crawl $2 did not see when $3 (the plan
-# prunes), else 0 again. An anti-join with the crawl's distinct ids, as the prune counts do.
-# A connector with nothing held and nothing to count resets its few missed documents with
-# RESET_MISSED instead, through the partial index.
-TALLY_MISSED: Final = f"""
+# The distinct ids crawl $2 saw: a set to anti-join with.
+_SEEN_BY_CRAWL: Final = """
 WITH seen AS (
     SELECT DISTINCT s.external_id
     FROM crawl_pages AS p, unnest(p.ids) AS s(external_id)
     WHERE p.connector_id = $1 AND p.crawl_id = $2
-), c AS (
+)"""
+
+# A complete crawl's end writes every document it writes in this one statement, so in id
+# order (DELETE_CONFIRMED and HOLD_CONFIRMED then write some of the rows it locked: see
+# LOCK_HELD): none stays held (the crawl recomputes that), and each counts the complete
+# crawls in a row that missed it: one more for the prunable ones crawl $2 did not see when
+# $3 (the plan prunes), else 0 again. With nothing held nor counted, RESET_MISSED instead.
+TALLY_MISSED: Final = f"""{_SEEN_BY_CRAWL}, c AS (
     SELECT d.external_id, ($3::boolean AND seen.external_id IS NULL AND {_PRUNABLE}) AS again
     FROM documents AS d LEFT JOIN seen ON seen.external_id = d.external_id
     WHERE d.connector_id = $1
@@ -300,28 +300,14 @@ UPDATE documents AS d SET
 FROM c
 WHERE d.connector_id = $1 AND d.external_id = c.external_id"""
 
-RESET_MISSED: Final = """
-WITH c AS (
-    SELECT external_id FROM documents
-    WHERE connector_id = $1 AND missed > 0
-    ORDER BY external_id
-    FOR UPDATE
-)
-UPDATE documents AS d SET missed = 0
-FROM c
-WHERE d.connector_id = $1 AND d.external_id = c.external_id"""
+RESET_MISSED: Final = _update_in_id_order("d.missed > 0", "missed = 0")
 
 FORGET_CRAWLS: Final = "DELETE FROM crawl_pages WHERE connector_id = $1"
 
 # The guard's figures: live documents, those of them the crawl did not see (an anti-join
 # with the crawl's distinct ids), and of those the ones it confirms gone: missed at least $3
 # times before (the connector's prune_confirmations less one).
-PRUNE_COUNTS: Final = f"""
-WITH seen AS (
-    SELECT DISTINCT s.external_id
-    FROM crawl_pages AS p, unnest(p.ids) AS s(external_id)
-    WHERE p.connector_id = $1 AND p.crawl_id = $2
-)
+PRUNE_COUNTS: Final = f"""{_SEEN_BY_CRAWL}
 SELECT count(*) AS live,
        count(*) FILTER (WHERE seen.external_id IS NULL AND {_PRUNABLE}) AS unseen,
        count(*) FILTER (
