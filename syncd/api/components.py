@@ -158,11 +158,26 @@ SCHEMAS: dict[str, Any] = {
             },
             "prune": {"type": "boolean"},
             "prune_max_fraction": {"type": "number", "minimum": 0, "maximum": 1},
+            "prune_confirmations": {
+                "type": ["integer", "null"],
+                "minimum": 1,
+                "maximum": 100,
+                "description": "Complete full crawls in a row that must miss a document "
+                "before it is deleted, as set; null: the default of the source's pagination "
+                "(2 for `offset`, `page` and `shifts: true`, else 1).",
+            },
             "full_crawl_schedule": _STR_OR_NULL,
             "deletions_held": {
                 **_COUNT,
                 "description": "Deletions the guard held after the last completed crawl "
                 "(apply them with `POST /connectors/{id}/deletions/apply`).",
+            },
+            "documents_awaiting_confirmation": {
+                **_COUNT,
+                "description": "Live documents the last complete full crawl did not see that "
+                "fewer than `prune_confirmations` crawls in a row have missed: kept until "
+                "enough crawls confirm them gone, or until one sees them again. Counted at "
+                "that crawl's end.",
             },
             "progress": _object({"pages": _COUNT, "documents": _COUNT}),
             "waiting": {
@@ -236,6 +251,12 @@ SCHEMAS: dict[str, Any] = {
                 "description": "What looks wrong about how the crawl ended: a configured "
                 "path absent from every page (a misspelt path). The run still succeeded.",
             },
+            "awaiting_confirmation": {
+                **_COUNT,
+                "description": "Documents this run's complete full crawl did not see that it "
+                "left waiting for confirmation (see the connector's "
+                "`documents_awaiting_confirmation`).",
+            },
         }
     ),
     "RunList": _page_of("Run"),
@@ -249,6 +270,12 @@ SCHEMAS: dict[str, Any] = {
             "created_at": _TIME,
             "updated_at": _TIME,
             "indexed_at": _TIME,
+            "missed_crawls": {
+                **_COUNT,
+                "description": "Complete full crawls in a row that did not see this live "
+                "document: above 0 it awaits confirmation that it is gone (the connector's "
+                "`prune_confirmations`); 0 once a crawl sees it again.",
+            },
         }
     ),
     "DocumentWithPayload": {"allOf": [ref("Document"), _object({"payload": {}})]},

@@ -47,6 +47,7 @@ EDITABLE = (
     "document",
     "prune",
     "prune_max_fraction",
+    "prune_confirmations",
 )
 
 _HEADER = """\

@@ -92,6 +92,7 @@ def describe_connector(connector: Mapping[str, Any]) -> str:
         ("next run", ts(next_run(connector))),
         ("documents", ", ".join(f"{k} {v}" for k, v in documents.items()) or None),
         ("deletions held", connector.get("deletions_held") or None),
+        ("missed", _awaiting(connector.get("documents_awaiting_confirmation"))),
         ("source", connector.get("source")),
         ("indexer", connector.get("indexer")),
         ("page retries", connector.get("page_retries")),
@@ -103,6 +104,13 @@ def describe_connector(connector: Mapping[str, Any]) -> str:
     ]
     width = max(len(k) for k, _ in fields) + 1
     return "".join(f"{(k + ':').ljust(width)}  {cell(v)}\n" for k, v in fields)
+
+
+def _awaiting(count: Any) -> str | None:
+    """The documents the last complete full crawl missed that await confirmation, if any."""
+    if not isinstance(count, int) or count <= 0:
+        return None
+    return f"{count} document{'s' if count != 1 else ''} awaiting confirmation"
 
 
 def next_run(connector: Mapping[str, Any]) -> Any:

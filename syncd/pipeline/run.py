@@ -425,7 +425,8 @@ class SyncRun:
             await self._ctx.on_change(cid, run_id=run_id)
 
     async def _pruned(self, result: PruneResult) -> None:
-        """Enqueue the deletes a completed crawl decided; count and log what it did."""
+        """Enqueue the deletes a completed crawl decided; count and log what it did (and what
+        it left waiting for confirmation)."""
         metrics = self._ctx.metrics
         if result.held:
             metrics.deletions_held.inc(result.held)
@@ -439,6 +440,9 @@ class SyncRun:
             metrics.documents_deleted.inc(result.deleted)
         if result.deleting:
             log.info("sync.documents_gone", deleting=result.deleting)
+        if result.awaiting:
+            # Missed by this crawl, not yet by enough crawls in a row to be deleted.
+            log.info("sync.deletions_awaiting_confirmation", awaiting=result.awaiting)
         if result.queued:
             with self._ctx.maintenance.rebuild_on_failure("sync.delete_push_failed"):
                 await self._ctx.queue.push(self.connector_id, list(result.queued))
@@ -477,4 +481,5 @@ def _counts(run: Run) -> dict[str, Any]:
         "documents_deleted": run.deleted,
         "deletions_held": run.deletions_held,
         "end_reason": run.end_reason,
+        "awaiting_confirmation": run.awaiting_confirmation,
     }

@@ -14,8 +14,9 @@ Decisions that differ from the system this design replaces, on purpose:
 - ``deleting`` rejects sync and PATCH.
 
 Deletions (DESIGN.md §11) are rules too: which crawl a run belongs to and whether it is full
-(:func:`crawl_of_run`), what a completed full crawl deletes or holds (:func:`succeed`, the
-guard in ``deletions.plan_prune``), applying held deletions (:func:`apply_held`), and which
+(:func:`crawl_of_run`), how many complete crawls must miss a document before it is deleted
+(:func:`prune_confirmations`), what a completed full crawl deletes or holds (:func:`succeed`,
+the guard in ``deletions.plan_prune``), applying held deletions (:func:`apply_held`), and which
 records of an incremental source are tombstones (:func:`split_tombstones`).
 
 One module per topic: ``runs`` (trigger, queue, end a run), ``admission`` (a tick's
@@ -39,9 +40,11 @@ from syncd.rules.crawls import (
 )
 from syncd.rules.deletions import (
     apply_held,
+    default_prune_confirmations,
     deleted_field,
     deletes_at_once,
     is_tombstone,
+    prune_confirmations,
     split_tombstones,
 )
 from syncd.rules.documents import (
@@ -74,6 +77,7 @@ __all__ = [
     "check_trigger",
     "crawl_of_run",
     "crawl_states",
+    "default_prune_confirmations",
     "deleted_field",
     "deletes_at_once",
     "drop_queued",
@@ -88,6 +92,7 @@ __all__ = [
     "page_state",
     "patch",
     "plan_page",
+    "prune_confirmations",
     "reset_reason",
     "scheduled",
     "split_tombstones",

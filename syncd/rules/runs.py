@@ -139,8 +139,9 @@ def succeed(
 
     When the run completed a full crawl (``crawl``, the one whose documents it stamped, is
     the connector's and ``full``), the live documents it did not see are pruned as
-    :func:`plan_prune` decides from ``counts``, ``deletions_held`` is recomputed, and a
-    full-crawl schedule is due again at its next fire.
+    :func:`plan_prune` decides from ``counts``, ``deletions_held`` and
+    ``awaiting_confirmation`` are recomputed, and a full-crawl schedule is due again at its
+    next fire.
     """
     fence(c, run_id)
     status = (
@@ -154,7 +155,8 @@ def succeed(
             c, counts, crawl_id=crawl.id, run_id=run_id, delete_at_once=delete_at_once
         )
         held = plan is not None and plan.action is PruneAction.HOLD_UNSEEN
-        changes["deletions_held"] = counts.unseen if held and counts is not None else 0
+        changes["deletions_held"] = counts.due if held and counts is not None else 0
+        changes["awaiting_confirmation"] = 0 if plan is None else plan.awaiting
     done = with_status(
         idle(
             c,

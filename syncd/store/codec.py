@@ -190,6 +190,8 @@ CONNECTOR_COLUMNS: tuple[str, ...] = (
     "retry_backoff",
     "failures",
     "retry_at",
+    "prune_confirmations",
+    "awaiting_confirmation",
 )
 """Every column of the connectors table, in the order :func:`connector_to_row` yields them."""
 
@@ -283,6 +285,8 @@ def connector_to_row(
         "retry_backoff": c.retry_backoff,
         "failures": c.failures,
         "retry_at": dt(c.retry_at),
+        "prune_confirmations": c.prune_confirmations,
+        "awaiting_confirmation": c.awaiting_confirmation,
     }
 
 
@@ -349,7 +353,13 @@ def connector_from_row(
         retry_backoff=float(row["retry_backoff"]),
         failures=int(row["failures"]),
         retry_at=dt(row["retry_at"]),
+        prune_confirmations=_optional_int(row["prune_confirmations"]),
+        awaiting_confirmation=int(row["awaiting_confirmation"]),
     )
+
+
+def _optional_int(value: Any) -> int | None:
+    return None if value is None else int(value)
 
 
 _E = TypeVar("_E", bound=Enum)
@@ -414,6 +424,7 @@ RUN_COLUMNS: tuple[str, ...] = (
     "attempt",
     "end_reason",
     "warnings",
+    "awaiting_confirmation",
 )
 """Every column of the runs table."""
 
@@ -478,6 +489,7 @@ def run_from_row(row: Row, *, dt: Callable[[Any], datetime | None] = decode_dt) 
         attempt=int(row["attempt"]),
         end_reason=row["end_reason"],
         warnings=warnings_from_text(row["warnings"]),
+        awaiting_confirmation=int(row["awaiting_confirmation"]),
     )
 
 
@@ -496,6 +508,7 @@ DOCUMENT_COLUMNS: tuple[str, ...] = (
     "lease_token",
     "lease_until",
     "op",
+    "missed",
 )
 """The columns of a document without its payload (listings never read the payload)."""
 
@@ -530,6 +543,7 @@ def document_from_row(
         lease_token,
         lease_until,
         op,
+        missed,
         *rest,
     ) = row
     text: str | None = rest[0] if with_payload else None
@@ -555,6 +569,7 @@ def document_from_row(
             "payload_json": text,
             "op": _OPS[op],
             "fields": None,
+            "missed": int(missed),
         }
     )
 

@@ -396,6 +396,7 @@ async def test_documents_list_get_and_retry(harness: Harness) -> None:
         "created_at",
         "updated_at",
         "indexed_at",
+        "missed_crawls",
     }
     assert {(d["status"], d["error"]) for d in docs} == {("failed", "Aborted")}
     assert (await h.api.get(base, params={"status": "indexed"})).body["data"] == []

@@ -1439,3 +1439,18 @@ async def test_an_invalid_edit_saves_nothing_and_keeps_the_file(
     assert "exited with 3" in result.err
     # Only the first edit reached the daemon (which refused it).
     assert [s.body for s in api.requests("PATCH")] == [{"name": "", "sync_schedule": ""}]
+
+
+def test_show_prints_the_documents_awaiting_confirmation() -> None:
+    from syncd.cli.format import describe_connector
+
+    base = {"id": "c", "name": "posts", "status": "active", "deletions_held": 0}
+
+    def missed(count: int) -> str:
+        shown = describe_connector({**base, "documents_awaiting_confirmation": count})
+        [line] = [x for x in shown.splitlines() if x.startswith("missed:")]
+        return line.removeprefix("missed:").strip()
+
+    assert missed(0) == "-"
+    assert missed(1) == "1 document awaiting confirmation"
+    assert missed(2) == "2 documents awaiting confirmation"

@@ -19,8 +19,8 @@ from syncd.api.routes import ROUTES
 from syncd.plugins import Registry
 from syncd.schema import connector_file_schema, model_json_schemas
 
-OPENAPI_SHA256 = "9c0508c2abfdd86c848cd89f47e05c6104499dd5d30451169c3d90f1de8113f3"
-CONNECTOR_FILE_SCHEMA_SHA256 = "318a25317a385a4e8e949d27e3c312398bb1d0e7fc5670e084998fdcd7d74eb0"
+OPENAPI_SHA256 = "28ddb6928532caba9c428e713cc87315f52eca341f8e4516a3822209da791ead"
+CONNECTOR_FILE_SCHEMA_SHA256 = "446640d0257f342f21ba31a89ab0fda4ff249fa7d1f61a2e7b312e6ec5a270d1"
 
 _ZONES = "<the time zones this machine knows>"
 

@@ -253,6 +253,21 @@ MIGRATIONS: tuple[Migration, ...] = (
             "ALTER TABLE runs ADD COLUMN warnings TEXT NOT NULL DEFAULT '[]'",
         ),
     ),
+    # A document is deleted once enough complete full crawls in a row missed it (DESIGN.md
+    # §12): each document counts the crawls that missed it (a partial index finds the few
+    # that did); the connector keeps its setting (NULL: its pagination's default) and the
+    # documents waiting for confirmation, each run those it left waiting.
+    Migration(
+        14,
+        (
+            "ALTER TABLE connectors ADD COLUMN prune_confirmations INTEGER",
+            "ALTER TABLE connectors ADD COLUMN awaiting_confirmation INTEGER NOT NULL DEFAULT 0",
+            "ALTER TABLE runs ADD COLUMN awaiting_confirmation INTEGER NOT NULL DEFAULT 0",
+            "ALTER TABLE documents ADD COLUMN missed INTEGER NOT NULL DEFAULT 0",
+            "CREATE INDEX documents_missed ON documents (connector_id, external_id) "
+            "WHERE missed > 0",
+        ),
+    ),
 )
 
 
