@@ -247,7 +247,7 @@ async def checkpoint(dsn: str) -> None:
         await conn.close()
 
 
-# The same shape as syncd's documents table (see syncd/store/postgres_sql.py).
+# The same shape as syncd's documents table (see syncd/store/postgres/sql.py).
 BARE_SCHEMA = """
 CREATE SCHEMA bare;
 CREATE TABLE bare.documents (

@@ -139,7 +139,7 @@ ON CONFLICT (connector_id, external_id) DO UPDATE SET
     updated_at = excluded.updated_at
 WHERE d.content_hash <> excluded.content_hash"""
 # Driven by the ids, one locking index probe each, as syncd's claim and finish are
-# (syncd/store/postgres_sql.py): on a table growing faster than autovacuum analyses it,
+# (syncd/store/postgres/sql.py): on a table growing faster than autovacuum analyses it,
 # "external_id = ANY($1) AND status = 'pending'", or a plain join with the ids, is planned as
 # a scan of the connector's entries, and each batch reads the whole backlog (measured here:
 # 650 documents/s at 200,000). A subquery with FOR UPDATE is never flattened into a join.

@@ -30,7 +30,6 @@ import asyncio
 import contextlib
 import multiprocessing as mp
 import os
-import secrets
 import socket
 import sqlite3
 import statistics
@@ -42,13 +41,14 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 import orjson
-import redis.asyncio as aioredis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import throwaway_database, throwaway_prefix
 
 from syncd.config import Config
 from syncd.daemon import Daemon
@@ -422,41 +422,6 @@ def report(backend: Backend, args: argparse.Namespace, rounds: list[Round], setu
 
 
 # --- PostgreSQL + Redis throwaways -------------------------------------------------------------
-
-
-@contextlib.asynccontextmanager
-async def throwaway_database(dsn: str) -> AsyncIterator[str]:
-    """A database for this run on ``dsn``'s server, dropped afterwards."""
-    name = f"syncd_bench_{secrets.token_hex(4)}"
-    admin = await asyncpg.connect(dsn)
-    try:
-        await admin.execute(f'CREATE DATABASE "{name}"')
-    finally:
-        await admin.close()
-    try:
-        yield urlunsplit(urlsplit(dsn)._replace(path="/" + name))
-    finally:
-        admin = await asyncpg.connect(dsn)
-        try:
-            await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        finally:
-            await admin.close()
-
-
-@contextlib.asynccontextmanager
-async def throwaway_prefix(redis_url: str) -> AsyncIterator[str]:
-    """A Redis key prefix for this run; its keys are deleted afterwards."""
-    prefix = f"syncd-bench-{secrets.token_hex(4)}"
-    try:
-        yield prefix
-    finally:
-        client = aioredis.Redis.from_url(redis_url)
-        try:
-            keys = [key async for key in client.scan_iter(match=f"{prefix}:*", count=1000)]
-            for i in range(0, len(keys), 1000):
-                await client.unlink(*keys[i : i + 1000])
-        finally:
-            await client.aclose()
 
 
 async def run(args: argparse.Namespace) -> None:

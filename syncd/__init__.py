@@ -29,6 +29,8 @@ if TYPE_CHECKING:
     from syncd.daemon.core import Daemon
     from syncd.http.paginator import AsyncCursorPaginator, CancelToken
 
+from syncd.version import VERSION
+
 __all__ = [
     "Aborted",
     "AsyncCursorPaginator",
@@ -49,7 +51,7 @@ __all__ = [
     "ValidationError",
 ]
 
-__version__ = "0.1.0"  # the only place it is written: pyproject.toml reads it from here
+__version__ = VERSION  # written in syncd/version.py
 
 
 def __getattr__(name: str) -> Any:

@@ -190,6 +190,11 @@ class Connector:
     prune_max_fraction: float = 0.5
     full_crawl_schedule: str | None = None
     deletions_held: int = 0
+    # How many complete full crawls in a row must miss a document before it is deleted (None:
+    # the default of the source's pagination, syncd.rules.deletions.prune_confirmations), and
+    # the live documents the last complete full crawl missed that wait for more (DESIGN.md §12).
+    prune_confirmations: int | None = None
+    awaiting_confirmation: int = 0
     # Internal, not part of the API: the cursor of the first page that was not committed
     # (resume point after a failed, aborted or interrupted run) and the source's own state
     # (e.g. the incremental high-water mark).
@@ -226,6 +231,20 @@ class RunEnd:
     outcome: RunOutcome
     finished_at: datetime
     error: str | None = None
+    # How the run's crawl ended, for a run that completed it (:class:`CrawlEnd`).
+    end_reason: str | None = None
+    warnings: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class CrawlEnd:
+    """How a crawl ended: the rule that ended it (``reason``: "no next cursor at 'next'",
+    "'has_more' is false", "short page (3 of 100), no total configured", …, worded by the
+    source) and what looks wrong about that end (``warnings``: a configured path absent
+    from every page, which is what a misspelt path looks like)."""
+
+    reason: str
+    warnings: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -247,7 +266,8 @@ class Crawl:
 
 
 class PruneAction(StrEnum):
-    """What a :class:`PrunePlan` does to a connector's documents."""
+    """What a :class:`PrunePlan` does to a connector's documents: delete (or hold) those a
+    completed crawl confirmed gone, or delete those the guard held."""
 
     DELETE_UNSEEN = "delete_unseen"
     HOLD_UNSEEN = "hold_unseen"
@@ -260,35 +280,44 @@ class PrunePlan:
     transition's transaction.
 
     ``*_UNSEEN``: the live documents not stamped with ``crawl_id`` (and not already being
-    deleted); ``DELETE_HELD``: those the guard held. ``delete_at_once``: they become ``deleted``
-    at once (the indexer has nothing to call: :func:`syncd.rules.deletes_at_once`); otherwise
-    ``pending`` with ``op = delete``, to be enqueued. ``run_id``: the run whose ``deleted`` /
-    ``deletions_held`` counts them.
+    deleted) that have now been missed by ``confirmations`` complete crawls in a row (the
+    others wait for confirmation: ``awaiting`` of them); ``DELETE_HELD``: those the guard held.
+    ``delete_at_once``: they become ``deleted`` at once (the indexer has nothing to call:
+    :func:`syncd.rules.deletes_at_once`); otherwise ``pending`` with ``op = delete``, to be
+    enqueued. ``run_id``: the run whose ``deleted`` / ``deletions_held`` /
+    ``awaiting_confirmation`` counts them.
     """
 
     action: PruneAction
     crawl_id: str | None = None
     delete_at_once: bool = False
     run_id: str | None = None
+    confirmations: int = 1
+    awaiting: int = 0
 
 
 @dataclass(frozen=True)
 class PruneCounts:
-    """The connector's live documents (not ``deleted``) and, of them, those a completed crawl
-    did not see (and that are not already being deleted)."""
+    """The connector's live documents (not ``deleted``); of them, those a completed crawl
+    did not see (and that are not already being deleted); and of those, the ones this crawl
+    confirms gone: missed by as many complete crawls in a row, this one included, as the
+    connector's ``prune_confirmations`` asks."""
 
     live: int
     unseen: int
+    due: int
 
 
 @dataclass(frozen=True)
 class PruneResult:
     """What a prune plan did: the ids to enqueue (pending deletes), how many documents became
-    ``deleted`` at once, and how many deletions were held."""
+    ``deleted`` at once, how many deletions were held, and how many missed documents wait for
+    confirmation."""
 
     queued: tuple[str, ...] = ()
     deleted: int = 0
     held: int = 0
+    awaiting: int = 0
 
     @property
     def deleting(self) -> int:
@@ -334,6 +363,12 @@ class Run:
     attempt: int = 1
     # Records read and left out by the source (a backfill's records past its window).
     documents_filtered: int = 0
+    # How the crawl ended (a succeeded run: CrawlEnd.reason; None for any other outcome) and
+    # the warnings about that end.
+    end_reason: str | None = None
+    warnings: tuple[str, ...] = ()
+    # The live documents its completed full crawl missed that wait for confirmation.
+    awaiting_confirmation: int = 0
 
 
 @dataclass(frozen=True)
@@ -436,6 +471,8 @@ class Document:
     payload_json: str | None = field(default=None, compare=False, repr=False)
     op: DocOp = DocOp.INDEX
     fields: DocumentFields | None = field(default=None, compare=False)
+    # Complete full crawls in a row that did not see it (DESIGN.md §12): 0 once seen again.
+    missed: int = 0
 
     @classmethod
     def stored(cls, values: dict[str, Any]) -> Document:

@@ -35,7 +35,6 @@ import structlog
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
-import syncd
 from syncd import ui
 from syncd.api.openapi import Route, build_openapi
 from syncd.api.params import SERVICE
@@ -54,6 +53,7 @@ from syncd.runtime import pacing
 from syncd.runtime.pacing import Pacer
 from syncd.schema import model_json_schemas
 from syncd.service.operations import ConnectorService
+from syncd.version import VERSION
 
 log = structlog.get_logger("syncd.api")
 #: The access lines' own logger: at debug level, shown whatever ``log.level`` when enabled.
@@ -139,7 +139,7 @@ def _not_allowed(routes: Sequence[Route]) -> Handler:
 
 
 def _version() -> str:
-    return syncd.__version__
+    return VERSION
 
 
 def error_body(exc: ValidationError) -> dict[str, Any]:

@@ -69,6 +69,23 @@ def _object(properties: Mapping[str, Any], **extra: Any) -> dict[str, Any]:
     return {"type": "object", "required": list(properties), "properties": dict(properties), **extra}
 
 
+_LOOP_LAG = {
+    "type": "number",
+    "minimum": 0,
+    "description": "The worst lag of the instance's event loop over the last 15 s, in seconds "
+    "(what `syncd_event_loop_lag_seconds` holds): how long every request and run waited too",
+}
+
+_INSTANCE = {
+    "instance_id": {"type": "string"},
+    "owner": {"type": "string"},
+    "version": {"type": "string"},
+    "started_at": {"type": "string", "format": "date-time"},
+    "heartbeat_at": _TIME,
+    "running_syncs": _COUNT,
+    "workers": ref("Workers"),
+}
+
 SCHEMAS: dict[str, Any] = {
     "Error": _object({"detail": {"type": "string"}}),
     "Conflict": {
@@ -145,11 +162,26 @@ SCHEMAS: dict[str, Any] = {
             },
             "prune": {"type": "boolean"},
             "prune_max_fraction": {"type": "number", "minimum": 0, "maximum": 1},
+            "prune_confirmations": {
+                "type": ["integer", "null"],
+                "minimum": 1,
+                "maximum": 100,
+                "description": "Complete full crawls in a row that must miss a document "
+                "before it is deleted, as set; null: the default of the source's pagination "
+                "(2 for `offset`, `page` and `shifts: true`, else 1).",
+            },
             "full_crawl_schedule": _STR_OR_NULL,
             "deletions_held": {
                 **_COUNT,
                 "description": "Deletions the guard held after the last completed crawl "
                 "(apply them with `POST /connectors/{id}/deletions/apply`).",
+            },
+            "documents_awaiting_confirmation": {
+                **_COUNT,
+                "description": "Live documents the last complete full crawl did not see that "
+                "fewer than `prune_confirmations` crawls in a row have missed: kept until "
+                "enough crawls confirm them gone, or until one sees them again. Counted at "
+                "that crawl's end.",
             },
             "progress": _object({"pages": _COUNT, "documents": _COUNT}),
             "waiting": {
@@ -214,6 +246,26 @@ SCHEMAS: dict[str, Any] = {
                 "description": "Records the source read and left out: a backfill's at or "
                 "after the end of its window.",
             },
+            "end_reason": {
+                **_STR_OR_NULL,
+                "description": "The rule that ended this run's crawl (e.g. \"no next cursor "
+                "at 'next_cursor'\", \"'has_more' is false\", \"short page (3 of 100), no "
+                'total configured", "status 400 past the last page (end_status)", '
+                '"max_pages (5) reached"; a plugin source: "the source returned no next '
+                'cursor"); null unless the run succeeded.',
+            },
+            "warnings": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "What looks wrong about how the crawl ended: a configured "
+                "path absent from every page (a misspelt path). The run still succeeded.",
+            },
+            "awaiting_confirmation": {
+                **_COUNT,
+                "description": "Documents this run's complete full crawl did not see that it "
+                "left waiting for confirmation (see the connector's "
+                "`documents_awaiting_confirmation`).",
+            },
         }
     ),
     "RunList": _page_of("Run"),
@@ -271,6 +323,11 @@ SCHEMAS: dict[str, Any] = {
                 "description": "When a full crawl last completed (null: not since this was "
                 "recorded).",
             },
+            "documents_awaiting_confirmation": {
+                **_COUNT,
+                "description": "Live documents the last complete full crawl missed that wait "
+                "for confirmation (the connector's count of the same name).",
+            },
         }
     ),
     "Document": _object(
@@ -283,6 +340,12 @@ SCHEMAS: dict[str, Any] = {
             "created_at": _TIME,
             "updated_at": _TIME,
             "indexed_at": _TIME,
+            "missed_crawls": {
+                **_COUNT,
+                "description": "Complete full crawls in a row that did not see this live "
+                "document: above 0 it awaits confirmation that it is gone (the connector's "
+                "`prune_confirmations`); 0 once a crawl sees it again.",
+            },
         }
     ),
     "DocumentWithPayload": {"allOf": [ref("Document"), _object({"payload": {}})]},
@@ -424,21 +487,16 @@ SCHEMAS: dict[str, Any] = {
             "workers": ref("Workers"),
             "queue": _object({"depth": _COUNT}),
             "running_syncs": {**_COUNT, "description": "Runs executing in this instance"},
+            "loop_lag_seconds": _LOOP_LAG,
             "instances": {
                 "type": "array",
                 "description": "Instances that sent a heartbeat within the last three "
                 "heartbeat periods (this one included), by owner",
-                "items": _object(
-                    {
-                        "instance_id": {"type": "string"},
-                        "owner": {"type": "string"},
-                        "version": {"type": "string"},
-                        "started_at": {"type": "string", "format": "date-time"},
-                        "heartbeat_at": _TIME,
-                        "running_syncs": _COUNT,
-                        "workers": ref("Workers"),
-                    }
-                ),
+                # loop_lag_seconds is not required: an earlier version does not report it.
+                "items": {
+                    **_object(_INSTANCE),
+                    "properties": {**_INSTANCE, "loop_lag_seconds": _LOOP_LAG},
+                },
             },
         }
     ),

@@ -101,8 +101,10 @@ def _tail(c: Connector, counts: Mapping[DocStatus, int]) -> dict[str, Any]:
         "retry_on_status": list(c.retry_on_status),
         "prune": c.prune,
         "prune_max_fraction": c.prune_max_fraction,
+        "prune_confirmations": c.prune_confirmations,
         "full_crawl_schedule": c.full_crawl_schedule,
         "deletions_held": c.deletions_held,
+        "documents_awaiting_confirmation": c.awaiting_confirmation,
         "hash_fields": None if c.hash_fields is None else list(c.hash_fields),
         "retry_attempts": c.retry_attempts,
         "retry_backoff": c.retry_backoff,
@@ -210,8 +212,11 @@ def run_json(run: Run) -> dict[str, Any]:
         "note": run.note,
         "deleted": run.deleted,
         "deletions_held": run.deletions_held,
+        "awaiting_confirmation": run.awaiting_confirmation,
         "attempt": run.attempt,
         "documents_filtered": run.documents_filtered,
+        "end_reason": run.end_reason,
+        "warnings": list(run.warnings),
     }
 
 
@@ -242,6 +247,7 @@ def state_json(connector_id: str, state: CrawlState) -> dict[str, Any]:
             "resumes": plan.resume,
         },
         "last_full_crawl_at": timestamp(state.last_full_crawl_at),
+        "documents_awaiting_confirmation": state.awaiting_confirmation,
     }
 
 
@@ -268,6 +274,7 @@ def document_json(document: Document, *, with_payload: bool = False) -> dict[str
         "created_at": timestamp(d.created_at),
         "updated_at": timestamp(d.updated_at),
         "indexed_at": timestamp(d.indexed_at),
+        "missed_crawls": d.missed,
     }
     if with_payload:
         out["payload"] = d.payload if d.payload_json is None else orjson.Fragment(d.payload_json)

@@ -242,6 +242,7 @@ async def _runs(api: Client, args: argparse.Namespace, io: Streams) -> int:
             r.get("documents_seen"),
             r.get("documents_enqueued"),
             r.get("deleted"),
+            short(r.get("end_reason"), 40),
             short(r.get("error"), 60),
         ]
         for r in page.get("data") or ()
@@ -251,9 +252,13 @@ async def _runs(api: Client, args: argparse.Namespace, io: Streams) -> int:
     written = "INDEXED" if _indexed_on_commit(connector) else "ENQUEUED"
     headers = [
         *("ID", "TRIGGER", "OUTCOME", "STARTED", "FINISHED", "PAGES", "SEEN", written),
-        "DELETED",
+        *("DELETED", "ENDED"),
     ]
     print_page(io, [*headers, "ERROR"], rows, page, "runs")
+    # A warning about how a crawl ended (a misspelt path) is too long for a column.
+    for r in page.get("data") or ():
+        for warning in r.get("warnings") or ():
+            io.stdout.write(f"warning: run {r.get('id')}: {warning}\n")
     return EXIT_OK
 
 

@@ -47,6 +47,7 @@ EDITABLE = (
     "document",
     "prune",
     "prune_max_fraction",
+    "prune_confirmations",
 )
 
 _HEADER = """\
@@ -95,7 +96,7 @@ def changes(before: Mapping[str, Any], edited: Any, kept: Path) -> dict[str, Any
     if masked:
         raise EditError(
             "\n".join(
-                f'{path}: still masked ("***"): write the secret or a ${{env:NAME}} reference'
+                f'{path}: still masked ("{MASK}"): write the secret or a ${{env:NAME}} reference'
                 for path in masked
             ),
             kept,

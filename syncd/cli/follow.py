@@ -210,8 +210,14 @@ def _progress_line(connector: Mapping[str, Any], now: datetime, *, countdown: bo
 
 
 def outcome_line(run: Mapping[str, Any], *, indexed: bool = False) -> str:
+    """What ``sync --follow`` prints of a finished run: how its crawl ended and a line per
+    warning about that end, then its counts, and last the outcome alone, or ``failed:`` with
+    the error (the two last lines, which scripts read, are as they were before runs said how
+    their crawls ended)."""
     outcome = str(run.get("outcome"))
-    summary = (
+    summary = f"crawl ended: {run['end_reason']}\n" if run.get("end_reason") else ""
+    summary += "".join(f"warning: {w}\n" for w in run.get("warnings") or ())
+    summary += (
         f"run {run.get('id')}: {run.get('pages', 0)} pages, "
         f"{run.get('documents_seen', 0)} documents seen, "
         f"{run.get('documents_enqueued', 0)} {'indexed' if indexed else 'enqueued'}\n"

@@ -92,6 +92,7 @@ def describe_connector(connector: Mapping[str, Any]) -> str:
         ("next run", ts(next_run(connector))),
         ("documents", ", ".join(f"{k} {v}" for k, v in documents.items()) or None),
         ("deletions held", connector.get("deletions_held") or None),
+        ("missed", _awaiting(connector.get("documents_awaiting_confirmation"))),
         ("source", connector.get("source")),
         ("indexer", connector.get("indexer")),
         ("page retries", connector.get("page_retries")),
@@ -133,6 +134,7 @@ def describe_state(state: Mapping[str, Any]) -> str:
         ("crawl", in_progress),
         ("next crawl", f"{crawl_text(nxt)}{resumes}"),
         ("last full crawl", ts(state.get("last_full_crawl_at"))),
+        ("awaiting confirmation", state.get("documents_awaiting_confirmation") or None),
     ]
     width = max(len(k) for k, _ in fields) + 1
     return "".join(f"{(k + ':').ljust(width)}  {cell(v)}\n" for k, v in fields)
@@ -149,6 +151,13 @@ def crawl_text(crawl: Mapping[str, Any]) -> str:
         f" to {cell(until)}" if until is not None else ""
     )
     return f"backfill {window}"
+
+
+def _awaiting(count: Any) -> str | None:
+    """The documents the last complete full crawl missed that await confirmation, if any."""
+    if not isinstance(count, int) or count <= 0:
+        return None
+    return f"{count} document{'s' if count != 1 else ''} awaiting confirmation"
 
 
 def next_run(connector: Mapping[str, Any]) -> Any:
@@ -205,6 +214,14 @@ def ts(value: Any) -> str | None:
     return str(value) if parsed is None else f"{parsed:%Y-%m-%d %H:%M:%S}Z"
 
 
+def loop_lag_text(seconds: Any) -> str:
+    """An event loop's lag of ``GET /status`` in milliseconds (``-`` from a daemon that does
+    not report it)."""
+    if not isinstance(seconds, int | float) or isinstance(seconds, bool):
+        return "-"
+    return f"{seconds * 1000:.1f} ms"
+
+
 def describe_status(status: Mapping[str, Any], now: datetime) -> str:
     """``GET /status`` the way ``status`` prints it: the instance that answered, then a
     table of every instance heard from lately."""
@@ -219,6 +236,7 @@ def describe_status(status: Mapping[str, Any], now: datetime) -> str:
         ("workers", f"{workers.get('busy', 0)} of {workers.get('concurrency', 0)} busy"),
         ("queue", f"{(status.get('queue') or {}).get('depth', 0)} documents waiting"),
         ("running syncs", status.get("running_syncs", 0)),
+        ("loop lag", loop_lag_text(status.get("loop_lag_seconds"))),
     ]
     width = max(len(k) for k, _ in fields) + 1
     text = "".join(f"{(k + ':').ljust(width)}  {cell(v)}\n" for k, v in fields)
@@ -231,10 +249,12 @@ def describe_status(status: Mapping[str, Any], now: datetime) -> str:
             ts(i.get("heartbeat_at")),
             i.get("running_syncs"),
             workers_text(i.get("workers")),
+            loop_lag_text(i.get("loop_lag_seconds")),
         ]
         for i in status.get("instances") or ()
     ]
     headers = ["INSTANCE", "OWNER", "VERSION", "STARTED", "HEARTBEAT", "SYNCS", "WORKERS"]
+    headers.append("LOOP LAG")
     return text + "\n" + render_table(headers, rows)
 
 

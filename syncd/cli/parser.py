@@ -8,6 +8,7 @@ import re
 
 from syncd.cli.follow import FOLLOW_INTERVAL
 from syncd.models import ConnectorStatus, DocStatus
+from syncd.version import VERSION
 
 _ID_HELP = "connector id or name"
 _FILE_HELP = "connector file, YAML or JSON ('-' for stdin)"
@@ -16,8 +17,6 @@ PREVIEW_TIMEOUT = 10.0  # the API's default time limit of a preview, in seconds
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``syncd`` argument parser."""
-    from syncd import __version__
-
     parser = argparse.ArgumentParser(
         prog="syncd",
         description="Keep cursor-paginated sources in sync with an indexer.",
@@ -25,7 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
         "failed, 2 usage or configuration error or invalid connector file, "
         "3 daemon unreachable, 130 interrupted.",
     )
-    parser.add_argument("--version", action="version", version=f"syncd {__version__}")
+    parser.add_argument("--version", action="version", version=f"syncd {VERSION}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     config_opt = argparse.ArgumentParser(add_help=False)

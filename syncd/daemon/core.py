@@ -336,6 +336,7 @@ class Daemon(EmbeddingApi):
             started_at=self.started_at,
             concurrency=cfg.workers.concurrency,
             heartbeat_seconds=self.instance_heartbeat_seconds,
+            loop_lag=self.metrics.loop_lag_seconds,
         )
         self._supervisor = Supervisor(on_fatal=self._on_fatal)
         # Answered from the last probes, never by awaiting a server (syncd/daemon/readiness.py).

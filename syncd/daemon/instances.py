@@ -9,6 +9,7 @@ removes this instance's row at once, so that the others stop listing it.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -21,6 +22,7 @@ from syncd.models import utcnow
 from syncd.pipeline.engine import SyncEngine
 from syncd.queue.base import WorkQueue
 from syncd.store.base import Store
+from syncd.version import VERSION
 
 log = structlog.get_logger("syncd.daemon.instances")
 
@@ -42,6 +44,7 @@ class Instances:
         started_at: datetime | None,
         concurrency: int,
         heartbeat_seconds: float,
+        loop_lag: Callable[[], float] = lambda: 0.0,
     ) -> None:
         self._store = store
         self._queue = queue
@@ -52,6 +55,7 @@ class Instances:
         self._started_at = started_at
         self._concurrency = concurrency
         self._heartbeat_seconds = heartbeat_seconds
+        self._loop_lag = loop_lag
         self._heartbeat_at: datetime | None = None
         self._beat_write: asyncio.Task[None] | None = None
 
@@ -59,8 +63,6 @@ class Instances:
         """``GET /status``: this instance (version, owner, workers, running syncs), the
         queue's depth, and every instance heard from within the last few heartbeats (this
         one with its live figures)."""
-        from syncd import __version__
-
         now = utcnow()
         mine = self._info()
         since = now - timedelta(seconds=INSTANCES_SEEN_BEATS * self._heartbeat_seconds)
@@ -78,26 +80,28 @@ class Instances:
             "heartbeat_at": views.timestamp(self._heartbeat_at),
         }
         return {
-            "version": __version__,
+            "version": VERSION,
             "instance_id": self._instance_id,
             "owner": self._owner,
             "started_at": mine["started_at"],
             "workers": mine["workers"],
             "queue": {"depth": sum((await self._queue.depth()).values())},
             "running_syncs": mine["running_syncs"],
+            "loop_lag_seconds": mine["loop_lag_seconds"],
             "instances": [instances[owner] for owner in sorted(instances)],
         }
 
     def _info(self) -> dict[str, Any]:
         """What this instance reports in its heartbeat."""
-        from syncd import __version__
-
         return {
             "instance_id": self._instance_id,
-            "version": __version__,
+            "version": VERSION,
             "started_at": views.timestamp(self._started_at),
             "running_syncs": len(self._engine.running),
             "workers": {"concurrency": self._concurrency, "busy": self._workers.busy},
+            # The worst lag of this instance's event loop lately, as the metric
+            # syncd_event_loop_lag_seconds holds it: what every request and run waited too.
+            "loop_lag_seconds": round(self._loop_lag(), 4),
         }
 
     async def heartbeat(self) -> None:

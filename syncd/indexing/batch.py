@@ -23,7 +23,7 @@ from typing import Any, cast
 from syncd.errors import is_transient
 from syncd.indexers.base import BatchFailures, DeletingIndexer, Indexer, Transient
 from syncd.models import DocOp, DocStatus, Document
-from syncd.observability.logs import redact
+from syncd.observability.logs import describe_error, redact
 from syncd.observability.metrics import Metrics, observer
 
 Result = tuple[str, DocStatus, str | None]
@@ -119,10 +119,9 @@ class Deadline:
 def error_text(error: object) -> str:
     """An error as recorded on a document: redacted, at most :data:`MAX_ERROR` characters."""
     if isinstance(error, BaseException):
-        text = str(error) or type(error).__name__
-    else:
-        text = str(error) or "Indexing failed"
-    return redact(text)[:MAX_ERROR]
+        # Any exception by its message alone: a document's error says what its indexer said.
+        return describe_error(error, plain=(BaseException,))[:MAX_ERROR]
+    return redact(str(error) or "Indexing failed")[:MAX_ERROR]
 
 
 async def run_indexer(

@@ -209,6 +209,7 @@ class Metrics:
             f"{LOOP_LAG_WINDOW_SECONDS:g} s: how late a periodic timer woke up.",
             registry=registry,
         )
+        self._loop_lag = 0.0
         if process_metrics:
             ProcessCollector(registry=registry)
 
@@ -222,6 +223,15 @@ class Metrics:
         self.set_connector_counts({})
 
     # --- runs -------------------------------------------------------------------------
+
+    def set_loop_lag(self, seconds: float) -> None:
+        """The event loop's worst lag of the window (:func:`watch_loop_lag`)."""
+        self._loop_lag = seconds
+        self.loop_lag.set(seconds)
+
+    def loop_lag_seconds(self) -> float:
+        """What ``syncd_event_loop_lag_seconds`` holds (``GET /status`` shows it too)."""
+        return self._loop_lag
 
     def run_started(self, run_id: str) -> None:
         """A run of this instance started (counted in ``syncd_syncs_running``)."""
@@ -354,7 +364,7 @@ async def watch_loop_lag(
         worst.append((now, lag))
         while worst[0][0] < now - window:
             worst.popleft()
-        metrics.loop_lag.set(worst[0][1])
+        metrics.set_loop_lag(worst[0][1])
         if on_sample is not None:
             on_sample(lag)
 

@@ -1,5 +1,6 @@
 """A run's pages on their way to the commit (DESIGN.md §4): read ahead of the commit of the
-page before, a resume cursor the source rejects, and the source's checkpoint after each page.
+page before, a resume cursor the source rejects, the source's checkpoint after each page, and
+how the crawl ended after the last one.
 """
 
 from __future__ import annotations
@@ -10,11 +11,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from syncd.errors import ClientError, SyncdError
-from syncd.models import DocumentInput, Page, Rejection
+from syncd.models import CrawlEnd, DocumentInput, Page, Rejection
 from syncd.runtime.tasks import cancel_and_wait
-from syncd.sources.base import Source, StatefulSource
+from syncd.sources.base import EndingSource, Source, StatefulSource
 
 _END = object()
+
+#: How the crawl of a source that does not say ended (a plugin without ``crawl_end``).
+SOURCE_ENDED = "the source returned no next cursor"
 
 
 @dataclass(frozen=True)
@@ -26,6 +30,7 @@ class PreparedPage:
     state: Mapping[str, Any]
     rejected: tuple[Rejection, ...] = ()  # records that did not become documents
     deletions: tuple[str, ...] = ()  # external ids of tombstones
+    end: CrawlEnd | None = None  # on the page that ended the crawl: how it ended
     filtered: int = 0  # records the source left out (Page.filtered)
 
 
@@ -107,3 +112,13 @@ def checkpoint(source: Source) -> Mapping[str, Any]:
         if isinstance(value, Mapping):
             return value
     return {}
+
+
+def crawl_end(source: Source) -> CrawlEnd:
+    """How the crawl ended, read after its last page: what the source says
+    (:class:`~syncd.sources.base.EndingSource`), else :data:`SOURCE_ENDED`."""
+    if isinstance(source, EndingSource):
+        end = source.crawl_end()
+        if end is not None:
+            return end
+    return CrawlEnd(SOURCE_ENDED)

@@ -30,6 +30,7 @@ from syncd.models import (
     ABORTED_ERROR,
     Connector,
     Crawl,
+    CrawlEnd,
     PruneResult,
     Run,
     RunOutcome,
@@ -42,7 +43,14 @@ from syncd.models import (
 from syncd.observability.logs import describe_error
 from syncd.observability.metrics import Metrics
 from syncd.pipeline.builder import SourceBuilder, paginator_for
-from syncd.pipeline.pages import CursorRejected, PreparedPage, checkpoint, guard_resume, read_ahead
+from syncd.pipeline.pages import (
+    CursorRejected,
+    PreparedPage,
+    checkpoint,
+    crawl_end,
+    guard_resume,
+    read_ahead,
+)
 from syncd.pipeline.prepare import Preparer
 from syncd.plugins import Registry
 from syncd.queue.base import WorkQueue
@@ -107,6 +115,8 @@ class SyncRun:
         self._delete_at_once = True
         # The connector as its page commits carry its state (rules.begin_crawl).
         self._begun = connector
+        # How the crawl ended, once its last page is committed (recorded on success).
+        self._crawl_end: CrawlEnd | None = None
 
     @property
     def outage(self) -> Waiting | None:
@@ -183,13 +193,8 @@ class SyncRun:
         resuming = plan.resume
         # Why the run starts over (e.g. a PATCH changed the source, another mode was asked).
         self._note = plan.note or (None if resuming else rules.reset_reason(connector))
-        log.info(
-            "sync.started",
-            trigger=str(self.trigger),
-            mode=str(plan.steer.mode),
-            resuming=resuming,
-            note=self._note,
-        )
+        trigger, mode = str(self.trigger), str(plan.steer.mode)
+        log.info("sync.started", trigger=trigger, mode=mode, resuming=resuming, note=self._note)
         if resuming:
             try:
                 await self._paginate(plan, connector.resume_cursor)
@@ -254,12 +259,15 @@ class SyncRun:
             if rejected:
                 ctx.metrics.records_rejected.inc(len(rejected))
                 log.warning("sync.records_rejected", count=len(rejected), reason=rejected[0].reason)
+            # Read right after the last page, as the checkpoint is.
+            end = None if page.next_cursor else crawl_end(source)
             yield PreparedPage(
                 page.next_cursor,
                 docs,
                 checkpoint(source),
                 tuple(rejected),
                 tuple(gone),
+                end,
                 filtered=page.filtered,
             )
             await ctx.pacer.turn()  # before the next fetch (and its decoding)
@@ -275,6 +283,8 @@ class SyncRun:
             # store is unavailable (the upserts are idempotent, the checkpoint is fenced).
             ids = await self._ride_out(functools.partial(self._commit, item, indexed_on_commit))
             self._note = None
+            if item.end is not None:
+                self._crawl_end = item.end
             if ids and not indexed_on_commit:
                 # Committed as pending: if not queued, the queue is rebuilt from the store, or
                 # a re-sync would leave these unchanged documents unqueued; the run fails once
@@ -387,6 +397,7 @@ class SyncRun:
                 crawl=crawl,
                 counts=counts,
                 delete_at_once=self._delete_at_once,
+                end=self._crawl_end,
             )
 
         store = self._ctx.store
@@ -422,13 +433,17 @@ class SyncRun:
         if attempt:
             log.info("sync.end_recorded", outcome=outcome, attempts=attempt + 1)
         self._ctx.metrics.runs.labels(trigger=str(self.trigger), outcome=str(outcome)).inc()
+        if outcome is RunOutcome.SUCCEEDED and self._crawl_end is not None:
+            for warning in self._crawl_end.warnings:
+                log.warning("sync.crawl_warning", warning=warning, end=self._crawl_end.reason)
         await self._ended(outcome)
         await self._pruned(pruned)
         if self._ctx.on_change is not None:
             await self._ctx.on_change(cid, run_id=run_id)
 
     async def _pruned(self, result: PruneResult) -> None:
-        """Enqueue the deletes a completed crawl decided; count and log what it did."""
+        """Enqueue the deletes a completed crawl decided; count and log what it did (and what
+        it left waiting for confirmation)."""
         metrics = self._ctx.metrics
         if result.held:
             metrics.deletions_held.inc(result.held)
@@ -442,6 +457,9 @@ class SyncRun:
             metrics.documents_deleted.inc(result.deleted)
         if result.deleting:
             log.info("sync.documents_gone", deleting=result.deleting)
+        if result.awaiting:
+            # Missed by this crawl, not yet by enough crawls in a row to be deleted.
+            log.info("sync.deletions_awaiting_confirmation", awaiting=result.awaiting)
         if result.queued:
             with self._ctx.maintenance.rebuild_on_failure("sync.delete_push_failed"):
                 await self._ctx.queue.push(self.connector_id, list(result.queued))
@@ -480,4 +498,6 @@ def _counts(run: Run) -> dict[str, Any]:
         "documents_filtered": run.documents_filtered,
         "documents_deleted": run.deleted,
         "deletions_held": run.deletions_held,
+        "end_reason": run.end_reason,
+        "awaiting_confirmation": run.awaiting_confirmation,
     }

@@ -65,6 +65,7 @@ from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from syncd.errors import ConfigError, QueueError, QueueUnavailable
+from syncd.observability.logs import MASK
 from syncd.queue.base import Batch, Broadcast, QueueState, Signal, Subscription, wait_event
 from syncd.runtime.tasks import cancel_and_wait
 
@@ -576,7 +577,7 @@ class RedisQueue:
 
     def _scrub(self, text: str) -> str:
         for secret in self._secrets:
-            text = text.replace(secret, "***")
+            text = text.replace(secret, MASK)
         return text
 
     def _error(self, action: str, exc: BaseException) -> QueueError:

@@ -14,8 +14,9 @@ Decisions that differ from the system this design replaces, on purpose:
 - ``deleting`` rejects sync and PATCH.
 
 Deletions (DESIGN.md §11) are rules too: which crawl a run belongs to and whether it is full
-(:func:`crawl_of_run`), what a completed full crawl deletes or holds (:func:`succeed`, the
-guard in ``deletions.plan_prune``), applying held deletions (:func:`apply_held`), and which
+(:func:`crawl_of_run`), how many complete crawls must miss a document before it is deleted
+(:func:`prune_confirmations`), what a completed full crawl deletes or holds (:func:`succeed`,
+the guard in ``deletions.plan_prune``), applying held deletions (:func:`apply_held`), and which
 records of an incremental source are tombstones (:func:`split_tombstones`).
 
 One module per topic: ``runs`` (trigger, queue, end a run), ``admission`` (a tick's
@@ -42,9 +43,11 @@ from syncd.rules.crawls import (
 )
 from syncd.rules.deletions import (
     apply_held,
+    default_prune_confirmations,
     deleted_field,
     deletes_at_once,
     is_tombstone,
+    prune_confirmations,
     split_tombstones,
 )
 from syncd.rules.documents import (
@@ -99,6 +102,7 @@ __all__ = [
     "crawl_of_run",
     "crawl_state",
     "crawl_states",
+    "default_prune_confirmations",
     "deleted_field",
     "deletes_at_once",
     "drop_queued",
@@ -116,6 +120,7 @@ __all__ = [
     "plain_mark",
     "plan_crawl",
     "plan_page",
+    "prune_confirmations",
     "reset_mark",
     "reset_reason",
     "scheduled",

@@ -1,5 +1,6 @@
-"""Deletions (DESIGN.md §11): what a completed full crawl prunes or holds (the guard),
-applying held deletions, and the tombstones of an incremental source."""
+"""Deletions (DESIGN.md §11, §12): how many complete crawls must miss a document before it is
+deleted, what a completed full crawl prunes or holds (the guard), applying held deletions,
+and the tombstones of an incremental source."""
 
 from __future__ import annotations
 
@@ -16,6 +17,13 @@ from syncd.rules.state import MSG_DELETING, MSG_NO_DELETIONS_HELD
 
 PRUNE_GUARD_MIN = 10
 """The guard holds a completed crawl's deletions only when there are more than this many."""
+
+SHIFTING_STYLES = frozenset({"offset", "page"})
+"""The ``http`` pagination styles whose pages shift when a record before them is deleted: a
+crawl may then miss a live record (DESIGN.md §12)."""
+
+CONFIRMATIONS_WHEN_SHIFTING = 2
+"""The default ``prune_confirmations`` of a list that shifts under deletions."""
 
 
 class IndexerCapabilities(Protocol):
@@ -38,6 +46,35 @@ def deletes_at_once(kind: IndexerCapabilities) -> bool:
     return kind.indexed_on_commit or not kind.supports_delete
 
 
+def default_prune_confirmations(source: Mapping[str, Any]) -> int:
+    """How many complete full crawls in a row must miss a document of ``source`` before it is
+    deleted, when the connector does not say (``prune_confirmations`` absent or null).
+
+    2 for an ``http`` source whose pagination can shift under a deletion — the ``offset`` and
+    ``page`` styles, and any style whose ``pagination.shifts`` is true — since one crawl that
+    missed a record there does not show it is gone; 1 (the first complete crawl that misses it
+    deletes it) for the keyset styles (``cursor``, ``next_url``, ``link_header``), a
+    ``shifts: false`` pagination and plugin sources.
+    """
+    if source.get("type", "http") != "http":
+        return 1
+    pagination = source.get("pagination")
+    if not isinstance(pagination, Mapping):
+        return 1
+    shifts = pagination.get("shifts")
+    if not isinstance(shifts, bool):
+        shifts = pagination.get("type", "cursor") in SHIFTING_STYLES
+    return CONFIRMATIONS_WHEN_SHIFTING if shifts else 1
+
+
+def prune_confirmations(c: Connector) -> int:
+    """The connector's ``prune_confirmations``, or the default of its source
+    (:func:`default_prune_confirmations`)."""
+    if c.prune_confirmations is not None:
+        return c.prune_confirmations
+    return default_prune_confirmations(c.source)
+
+
 def plan_prune(
     c: Connector,
     counts: PruneCounts | None,
@@ -47,14 +84,24 @@ def plan_prune(
     delete_at_once: bool,
 ) -> PrunePlan | None:
     """What a completed full crawl does with the live documents it did not see: nothing when
-    ``prune`` is off or there are none; hold them (the guard) when they are more than
-    ``prune_max_fraction`` of the live documents and more than :data:`PRUNE_GUARD_MIN`;
-    delete them otherwise."""
+    ``prune`` is off or there are none. Otherwise each of them has been missed once more, and
+    those now missed by :func:`prune_confirmations` complete crawls in a row (``due``) are
+    confirmed gone: held (the guard) when they are more than ``prune_max_fraction`` of the
+    live documents and more than :data:`PRUNE_GUARD_MIN`, deleted otherwise. The rest wait
+    for confirmation (the plan's ``awaiting``)."""
     if not c.prune or counts is None or counts.unseen <= 0:
         return None
-    guarded = counts.unseen > c.prune_max_fraction * counts.live and counts.unseen > PRUNE_GUARD_MIN
+    due = counts.due
+    guarded = due > c.prune_max_fraction * counts.live and due > PRUNE_GUARD_MIN
     action = PruneAction.HOLD_UNSEEN if guarded else PruneAction.DELETE_UNSEEN
-    return PrunePlan(action, crawl_id=crawl_id, delete_at_once=delete_at_once, run_id=run_id)
+    return PrunePlan(
+        action,
+        crawl_id=crawl_id,
+        delete_at_once=delete_at_once,
+        run_id=run_id,
+        confirmations=prune_confirmations(c),
+        awaiting=max(counts.unseen - due, 0),
+    )
 
 
 def apply_held(c: Connector, *, now: datetime, delete_at_once: bool) -> Transition:

@@ -11,7 +11,7 @@ from syncd.models import ABORTED_ERROR, DocOp, DocStatus, DocumentInput
 # --- crawled documents: which ones a page writes and enqueues (DESIGN.md §4, §7) ---------
 #
 # The one statement of this rule. The SQLite store applies plan_page; the PostgreSQL store's
-# page upsert (postgres_sql.UPSERT_DOCUMENTS) evaluates must_write in SQL, with
+# page upsert (store/postgres/sql.py UPSERT_DOCUMENTS) evaluates must_write in SQL, with
 # REQUEUE_STATUS and REQUEUE_ERROR passed as parameters.
 
 REQUEUE_STATUS = DocStatus.FAILED

@@ -35,6 +35,7 @@ _PATCHABLE = frozenset(
         "retry_on_status",
         "prune",
         "prune_max_fraction",
+        "prune_confirmations",
         "full_crawl_schedule",
         "hash_fields",
         "document",

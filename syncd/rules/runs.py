@@ -12,6 +12,7 @@ from syncd.models import (
     Connector,
     ConnectorStatus,
     Crawl,
+    CrawlEnd,
     Progress,
     PruneAction,
     PruneCounts,
@@ -139,13 +140,16 @@ def succeed(
     crawl: Crawl | None = None,
     counts: PruneCounts | None = None,
     delete_at_once: bool = False,
+    end: CrawlEnd | None = None,
 ) -> Transition:
     """The crawl loop finished: ``error``/``active`` → ``active``; ``paused`` stays paused.
+    The run records how its crawl ended (``end``: the rule, and the warnings about it).
 
     When the run completed a full crawl (``crawl``, the one whose documents it stamped, is
     the connector's and ``full``), the live documents it did not see are pruned as
-    :func:`plan_prune` decides from ``counts``, ``deletions_held`` is recomputed, and a
-    full-crawl schedule is due again at its next fire.
+    :func:`plan_prune` decides from ``counts``, ``deletions_held`` and
+    ``awaiting_confirmation`` are recomputed, and a full-crawl schedule is due again at its
+    next fire.
     """
     fence(c, run_id)
     status = (
@@ -159,7 +163,8 @@ def succeed(
             c, counts, crawl_id=crawl.id, run_id=run_id, delete_at_once=delete_at_once
         )
         held = plan is not None and plan.action is PruneAction.HOLD_UNSEEN
-        changes["deletions_held"] = counts.unseen if held and counts is not None else 0
+        changes["deletions_held"] = counts.due if held and counts is not None else 0
+        changes["awaiting_confirmation"] = 0 if plan is None else plan.awaiting
     done = with_status(
         idle(
             c,
@@ -173,7 +178,14 @@ def succeed(
         ),
         status,
     )
-    return Transition(done, ends=(RunEnd(run_id, RunOutcome.SUCCEEDED, now),), prune=plan)
+    ended = RunEnd(
+        run_id,
+        RunOutcome.SUCCEEDED,
+        now,
+        end_reason=end.reason if end is not None else None,
+        warnings=end.warnings if end is not None else (),
+    )
+    return Transition(done, ends=(ended,), prune=plan)
 
 
 def fail(c: Connector, *, run_id: str, error: str, now: datetime) -> Transition:

@@ -267,6 +267,8 @@ class CrawlState:
     crawl: CrawlInProgress | None
     next_crawl: CrawlPlan
     last_full_crawl_at: datetime | None
+    # Live documents the last complete full crawl missed that wait for confirmation.
+    awaiting_confirmation: int = 0
 
 
 def crawl_state(c: Connector, now: datetime) -> CrawlState:
@@ -296,6 +298,7 @@ def crawl_state(c: Connector, now: datetime) -> CrawlState:
         crawl=crawl,
         next_crawl=plan_crawl(c, now),
         last_full_crawl_at=_time(meta.get(STATE_LAST_FULL)),
+        awaiting_confirmation=c.awaiting_confirmation,
     )
 
 

@@ -36,6 +36,7 @@ from syncd.schema.fields import (
     HashFields,
     Name,
     PageRetries,
+    PruneConfirmations,
     RunRetries,
     Seconds,
     StatusCodes,
@@ -144,6 +145,17 @@ class _ConnectorFields(BaseModel):
         description="The guard: a completed crawl that would delete more than this share "
         "(0-1) of the live documents, and more than 10, deletes nothing and holds them "
         "(`deletions_held`) until `POST /connectors/{id}/deletions/apply`.",
+    )
+    prune_confirmations: PruneConfirmations | None = Field(
+        None,
+        description="How many complete full crawls in a row must miss a document before it "
+        "is deleted (1-100): 1 deletes what the first complete crawl did not see; more "
+        "wait, since a list whose pages shift when a record is deleted (`offset`, `page`) "
+        "can make a crawl miss a live record. Documents missed but not yet confirmed gone "
+        "show in the connector's `documents_awaiting_confirmation`; one seen again starts "
+        "over. Null: 2 for the `offset` and `page` pagination styles and a pagination with "
+        "`shifts: true`, 1 otherwise (keyset styles, `shifts: false`, plugin sources).",
+        examples=[2],
     )
     full_crawl_schedule: CronExpression = Field(
         None,

@@ -46,6 +46,8 @@ SECONDS_MAX = 3600
 TIMEOUT_MAX = 3600
 """Upper bound of ``source.timeout.read`` / ``connect`` (seconds)."""
 MAX_PAGES_MAX = 1_000_000_000
+PRUNE_CONFIRMATIONS_MAX = 100
+"""The most complete crawls in a row a connector may ask to miss a document before it goes."""
 LIMIT_MAX = 1_000_000
 START_MAX = 1_000_000_000
 STATUS_MIN, STATUS_MAX = 400, 599
@@ -381,6 +383,11 @@ RunRetries = Annotated[
     int,
     Field(strict=True, ge=0, le=RUN_RETRIES_MAX),
     BeforeValidator(int_between(0, RUN_RETRIES_MAX)),
+]
+PruneConfirmations = Annotated[
+    int,
+    Field(strict=True, ge=1, le=PRUNE_CONFIRMATIONS_MAX),
+    BeforeValidator(int_between(1, PRUNE_CONFIRMATIONS_MAX)),
 ]
 StatusCode = Annotated[
     int,

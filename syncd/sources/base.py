@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from pydantic import BaseModel
 
 from syncd.config.secrets import SecretsOf, connector_secrets
-from syncd.models import CrawlWindow, Page, WaitReason
+from syncd.models import CrawlEnd, CrawlWindow, Page, WaitReason
 
 if TYPE_CHECKING:
     from syncd.http.transport import Transport
@@ -36,6 +36,18 @@ class StatefulSource(Source, Protocol):
     """
 
     def checkpoint(self) -> Mapping[str, Any]: ...
+
+
+@runtime_checkable
+class EndingSource(Source, Protocol):
+    """A source that says how its crawl ended (the built-in ``http`` source does).
+
+    ``crawl_end()`` is read after a page without a next cursor: the rule that ended the
+    crawl and any warning about it, recorded on the run. A run of any other source records
+    that the source returned no next cursor.
+    """
+
+    def crawl_end(self) -> CrawlEnd | None: ...
 
 
 @runtime_checkable

@@ -18,7 +18,7 @@ from typing import Any, cast
 import anyio
 import anyio.to_thread
 
-from syncd.models import Page
+from syncd.models import CrawlEnd, Page
 from syncd.sources.base import BlockingSource, Source
 
 
@@ -41,6 +41,12 @@ class ThreadedSource:
             self._fetch, cursor, abandon_on_cancel=True, limiter=self._limiter
         )
         return page
+
+    def crawl_end(self) -> CrawlEnd | None:
+        """The wrapped source's ``crawl_end()`` (:class:`~syncd.sources.base.EndingSource`),
+        if it has one; called on the event loop, between two fetches."""
+        ending = getattr(self.source, "crawl_end", None)
+        return cast(CrawlEnd | None, ending()) if callable(ending) else None
 
 
 class ThreadedStatefulSource(ThreadedSource):

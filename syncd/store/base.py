@@ -113,25 +113,34 @@ class ConnectorStore(Protocol):
     async def mutate_with_prune(
         self, connector_id: str, rule: PruneRule, *, unseen_by: str | None = None
     ) -> tuple[Connector, Connector, PruneResult]:
-        """:meth:`mutate_connector` for the rules that delete documents (DESIGN.md §11).
+        """:meth:`mutate_connector` for the rules that delete documents (DESIGN.md §11, §12).
 
         With ``unseen_by`` (a crawl id) that is the connector's current crawl — the
         completion of that crawl — the rule is also given, read in the transaction, the
-        connector's live documents (not ``deleted``) and how many of them that crawl did not
-        see and are not already being deleted (:class:`~syncd.models.PruneCounts`); no
-        document stays held but those the plan holds, and what the connector's crawls saw is
-        forgotten once the plan is applied. Otherwise the counts are ``None``. The
-        transition's ``prune`` plan is applied in the same transaction:
+        connector's live documents (not ``deleted``), how many of them that crawl did not
+        see and are not already being deleted, and how many of those it confirms gone: missed
+        before by at least ``prune_confirmations - 1`` complete crawls in a row
+        (:func:`syncd.rules.prune_confirmations`; :class:`~syncd.models.PruneCounts`).
+        Otherwise the counts are ``None``. Then, in the same transaction:
 
-        - ``DELETE_UNSEEN`` / ``DELETE_HELD``: those unseen documents / the held ones that no
-          crawl begun since has seen (and not being deleted already) get ``op = delete``, error
-          and attempts reset, lease dropped, no longer held, and become ``deleted`` at once
-          (payload dropped) when the plan is ``delete_at_once``, else ``pending``: the result's
-          ``queued`` ids, to enqueue.
-        - ``HOLD_UNSEEN``: those unseen documents are marked held; ``held`` counts them.
+        - on a completion, each document's ``missed`` (the complete crawls in a row that did
+          not see it) becomes 0 if the crawl saw it, and one more if it did not, is prunable
+          and the plan is ``DELETE_UNSEEN`` or ``HOLD_UNSEEN``; without such a plan (``prune``
+          off, nothing unseen) every ``missed`` becomes 0. No document stays held but those
+          the plan holds, and what the connector's crawls saw is forgotten once the plan is
+          applied;
+        - ``DELETE_UNSEEN`` (on a completion only) / ``DELETE_HELD``: the prunable documents
+          now missed by the plan's ``confirmations`` crawls or more / the held ones that no
+          crawl begun since has seen get ``op = delete``, error, attempts and ``missed``
+          reset, lease dropped, no longer held, and become ``deleted`` at once (payload
+          dropped) when the plan is ``delete_at_once``, else ``pending``: the result's
+          ``queued`` ids, to enqueue;
+        - ``HOLD_UNSEEN`` (on a completion only): those documents are marked held; ``held``
+          counts them.
 
         The plan's run (if any) adds the documents deleted or queued to its ``deleted`` and
-        the held ones to its ``deletions_held``. Returns ``(before, after, result)``.
+        the held ones to its ``deletions_held``, and records the plan's ``awaiting`` as its
+        ``awaiting_confirmation``. Returns ``(before, after, result)``.
         """
 
     async def delete_connector(self, connector_id: str) -> None:
@@ -225,12 +234,12 @@ class RunStore(Protocol):
         With ``crawl``, the connector's ``crawl_id`` / ``crawl_full`` become the crawl's, and
         a full crawl records the page's external ids as seen by it (what its prune reads; one
         row per page, so a re-crawl of unchanged documents rewrites none of them). A document
-        written stops being held. ``deletions`` are external ids the source reported deleted
-        (tombstones; ids also among ``documents`` are ignored): those stored, live and not
-        already being deleted are marked for deletion like
-        :meth:`mutate_with_prune` does (``deleted`` at once with ``delete_at_once``, else
-        ``pending`` deletes whose ids are returned with the others) and counted in the run's
-        ``deleted``.
+        written stops being held, and its ``missed`` is 0 again. ``deletions`` are external
+        ids the source reported deleted (tombstones; ids also among ``documents`` are
+        ignored): those stored, live and not already being deleted are marked for deletion
+        like :meth:`mutate_with_prune` does (``deleted`` at once with ``delete_at_once``,
+        else ``pending`` deletes whose ids are returned with the others) and counted in the
+        run's ``deleted``.
         """
 
     async def report(

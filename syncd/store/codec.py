@@ -7,10 +7,12 @@ driver returns native values passes :func:`identity`.
 
 Two columns are JSON text on every backend: a document's ``payload`` (its canonical JSON
 text, :func:`syncd.jsontext.canonical_json`, stored and returned as it is so that integers of
-any size and ``\u0000`` survive) and a run's ``rejections`` (ASCII JSON text).
+any size and ``\u0000`` survive) and a run's ``rejections`` and ``warnings`` (ASCII JSON
+text).
 
 Which documents of a crawled page are written and enqueued is a rule, not a conversion:
-:func:`syncd.rules.plan_page`.
+:func:`syncd.rules.plan_page`. Rows decoded once while their values do not change:
+:class:`~syncd.store.decoded.DecodedRows` (re-exported here).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import sqlite3
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from enum import Enum
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import orjson
 
@@ -44,12 +46,14 @@ from syncd.models import (
     Waiting,
     WaitReason,
 )
+from syncd.store.decoded import DecodedRows
 
 __all__ = [
     "CLAIM_COLUMNS",
     "CONNECTOR_COLUMNS",
     "DOCUMENT_COLUMNS",
     "RUN_COLUMNS",
+    "DecodedRows",
     "Row",
     "claim_values",
     "connector_from_row",
@@ -66,6 +70,8 @@ __all__ = [
     "run_from_row",
     "status_counts",
     "waiting_from_columns",
+    "warnings_from_text",
+    "warnings_text",
 ]
 
 
@@ -184,6 +190,8 @@ CONNECTOR_COLUMNS: tuple[str, ...] = (
     "retry_backoff",
     "failures",
     "retry_at",
+    "prune_confirmations",
+    "awaiting_confirmation",
 )
 """Every column of the connectors table, in the order :func:`connector_to_row` yields them."""
 
@@ -277,6 +285,8 @@ def connector_to_row(
         "retry_backoff": c.retry_backoff,
         "failures": c.failures,
         "retry_at": dt(c.retry_at),
+        "prune_confirmations": c.prune_confirmations,
+        "awaiting_confirmation": c.awaiting_confirmation,
     }
 
 
@@ -343,63 +353,13 @@ def connector_from_row(
         retry_backoff=float(row["retry_backoff"]),
         failures=int(row["failures"]),
         retry_at=dt(row["retry_at"]),
+        prune_confirmations=_optional_int(row["prune_confirmations"]),
+        awaiting_confirmation=int(row["awaiting_confirmation"]),
     )
 
 
-_T = TypeVar("_T")
-
-
-class DecodedRows(Generic[_T]):
-    """Decoded rows by their values: an unchanged row is not decoded again.
-
-    The API and the event stream read the same connectors over and over (a dashboard, a
-    ``--follow``, a poller), and between two reads most of them have not changed. Decoding a
-    connector row costs tens of µs; looking its values up costs a few. What is returned for
-    equal rows is the same object, so a renderer may cache by identity
-    (:func:`syncd.api.views.connector_text` does): the objects are shared and must be treated
-    as read-only. One instance per statement (the key is the values, not the column names).
-    """
-
-    __slots__ = ("_decode", "_found", "_json_at", "_size")
-
-    def __init__(self, decode: Callable[[Any], _T], size: int = 1024) -> None:
-        self._decode = decode
-        self._size = size
-        self._found: dict[tuple[Any, ...], _T] = {}
-        # Where the statement's rows held native JSON values so far (asyncpg's jsonb codec).
-        self._json_at: tuple[int, ...] = ()
-
-    def __call__(self, row: Any) -> _T:
-        """``decode(row)``, or what it returned for a row of equal values."""
-        key = self._key(row)
-        found = self._found.get(key)
-        if found is None:
-            found = self._decode(row)
-            if len(self._found) >= self._size:
-                self._found.clear()  # a rebuild is cheap; an LRU would cost every hit
-            self._found[key] = found
-        return found
-
-    def _key(self, row: Any) -> tuple[Any, ...]:
-        # sqlite3.Row and asyncpg's Record iterate over their values; a dict over its keys.
-        values = list(row.values() if isinstance(row, dict) else row)
-        for i in self._json_at:
-            values[i] = _json_key(values[i])
-        key = tuple(values)
-        try:
-            hash(key)
-        except TypeError:
-            # A native JSON value where none was before: note where, key it by its text.
-            self._json_at = tuple(
-                i for i, v in enumerate(values) if i in self._json_at or isinstance(v, dict | list)
-            )
-            key = tuple(_json_key(v) for v in values)
-        return key
-
-
-def _json_key(value: Any) -> Any:
-    # A native JSON value is keyed by its text, in its own key order (the order is answered).
-    return orjson.dumps(value) if isinstance(value, dict | list) else value
+def _optional_int(value: Any) -> int | None:
+    return None if value is None else int(value)
 
 
 _E = TypeVar("_E", bound=Enum)
@@ -463,6 +423,9 @@ RUN_COLUMNS: tuple[str, ...] = (
     "deletions_held",
     "attempt",
     "documents_filtered",
+    "end_reason",
+    "warnings",
+    "awaiting_confirmation",
 )
 """Every column of the runs table."""
 
@@ -491,6 +454,18 @@ def merge_rejections(current: str | None, page: int, rejected: Sequence[Rejectio
     return json.dumps(sample, ensure_ascii=True, separators=(",", ":"))
 
 
+def warnings_text(warnings: Sequence[str]) -> str:
+    """A run's ``warnings`` column: a JSON array of texts, ASCII like ``rejections``."""
+    return json.dumps(list(warnings), ensure_ascii=True, separators=(",", ":"))
+
+
+def warnings_from_text(text: str | None) -> tuple[str, ...]:
+    """The run's warnings from its ``warnings`` column."""
+    if not text:
+        return ()
+    return tuple(str(w) for w in json.loads(text))
+
+
 def run_from_row(row: Row, *, dt: Callable[[Any], datetime | None] = decode_dt) -> Run:
     """Build a :class:`Run` from a row holding :data:`RUN_COLUMNS`."""
     started_at = dt(row["started_at"])
@@ -514,6 +489,9 @@ def run_from_row(row: Row, *, dt: Callable[[Any], datetime | None] = decode_dt) 
         deletions_held=int(row["deletions_held"]),
         attempt=int(row["attempt"]),
         documents_filtered=int(row["documents_filtered"]),
+        end_reason=row["end_reason"],
+        warnings=warnings_from_text(row["warnings"]),
+        awaiting_confirmation=int(row["awaiting_confirmation"]),
     )
 
 
@@ -532,6 +510,7 @@ DOCUMENT_COLUMNS: tuple[str, ...] = (
     "lease_token",
     "lease_until",
     "op",
+    "missed",
 )
 """The columns of a document without its payload (listings never read the payload)."""
 
@@ -566,6 +545,7 @@ def document_from_row(
         lease_token,
         lease_until,
         op,
+        missed,
         *rest,
     ) = row
     text: str | None = rest[0] if with_payload else None
@@ -591,6 +571,7 @@ def document_from_row(
             "payload_json": text,
             "op": _OPS[op],
             "fields": None,
+            "missed": int(missed),
         }
     )
 

@@ -678,7 +678,7 @@
 
     const runs = state.runs.get(id) || { data: [], more: false };
     $("c-runs").replaceChildren(...runs.data.map((r) => runRow(r, c)));
-    if (!runs.data.length) $("c-runs").append(emptyRow(9, "No runs yet"));
+    if (!runs.data.length) $("c-runs").append(emptyRow(10, "No runs yet"));
     $("c-runs-more").hidden = !runs.more;
     setText($("c-runs-more"), `Showing the ${RUNS_LIMIT} newest runs.`);
 
@@ -736,6 +736,9 @@
       h("td", { class: "num" }, String(live ? c.progress.documents : r.documents_seen)),
       h("td", { class: "num" }, String(r.documents_enqueued)),
       h("td", { class: "num" }, String(r.documents_rejected ?? 0)),
+      // How the crawl ended, and what looks wrong about it (a misspelt path).
+      h("td", { "data-k": "end" }, h("span", { "data-k": "end-reason" }, r.end_reason || ""),
+        (r.warnings || []).map((w) => h("div", { class: "warn", "data-k": "warning" }, `⚠ ${w}`))),
       h("td", { class: "err" }, r.error || ""));
   }
 
@@ -780,8 +783,10 @@
       h("td", null, time(i.started_at)),
       h("td", null, time(i.heartbeat_at)),
       h("td", { class: "num" }, String(i.running_syncs)),
-      h("td", { class: "num" }, i.workers ? `${i.workers.busy} of ${i.workers.concurrency}` : "—"))));
-    if (!nodes) $("d-nodes").append(emptyRow(6, "This daemon does not report its instances"));
+      h("td", { class: "num" }, i.workers ? `${i.workers.busy} of ${i.workers.concurrency}` : "—"),
+      h("td", { class: "num" }, typeof i.loop_lag_seconds === "number"
+        ? `${(i.loop_lag_seconds * 1000).toFixed(1)} ms` : "—"))));
+    if (!nodes) $("d-nodes").append(emptyRow(7, "This daemon does not report its instances"));
 
     const running = [...state.connectors.values()].filter((c) => c.sync_status === "running");
     $("d-instances").replaceChildren(...running.sort(byName).map((c) => h("tr", null,

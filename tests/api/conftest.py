@@ -63,6 +63,8 @@ CONNECTOR_KEYS = {
     "prune_max_fraction",
     "full_crawl_schedule",
     "deletions_held",
+    "prune_confirmations",
+    "documents_awaiting_confirmation",
     "hash_fields",
     "document",
     "retry_attempts",

@@ -89,6 +89,7 @@ async def test_payload_is_returned_exactly(harness: Harness) -> None:
         "created_at",
         "updated_at",
         "indexed_at",
+        "missed_crawls",
         "payload",
     }
 

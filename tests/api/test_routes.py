@@ -131,6 +131,8 @@ async def test_sync_starts_a_run(harness: Harness) -> None:
     assert (run["trigger"], run["outcome"], run["error"]) == ("manual", "succeeded", None)
     assert (run["pages"], run["documents_seen"], run["documents_enqueued"]) == (3, 25, 25)
     assert UTC_TIMESTAMP.match(run["started_at"]) and UTC_TIMESTAMP.match(run["finished_at"])
+    # A plugin source that does not say how its crawl ended: the generic end.
+    assert (run["end_reason"], run["warnings"]) == ("the source returned no next cursor", [])
 
 
 async def test_sync_while_running_is_a_conflict_naming_the_run(harness: Harness) -> None:
@@ -397,6 +399,7 @@ async def test_documents_list_get_and_retry(harness: Harness) -> None:
         "created_at",
         "updated_at",
         "indexed_at",
+        "missed_crawls",
     }
     assert {(d["status"], d["error"]) for d in docs} == {("failed", "Aborted")}
     assert (await h.api.get(base, params={"status": "indexed"})).body["data"] == []

@@ -26,7 +26,7 @@ async def test_status_needs_the_token_and_reports_a_running_sync(
     d = h.daemon
     assert set(status) == {
         *("version", "instance_id", "owner", "started_at", "workers", "queue"),
-        *("running_syncs", "instances"),
+        *("running_syncs", "instances", "loop_lag_seconds"),
     }
     assert (status["version"], status["instance_id"], status["owner"]) == (
         __version__,
@@ -41,8 +41,9 @@ async def test_status_needs_the_token_and_reports_a_running_sync(
     assert (me["running_syncs"], me["version"]) == (1, __version__)
     assert set(me) == {
         *("instance_id", "owner", "version", "started_at", "heartbeat_at"),
-        *("running_syncs", "workers"),
+        *("running_syncs", "workers", "loop_lag_seconds"),
     }
+    assert status["loop_lag_seconds"] == me["loop_lag_seconds"] >= 0
 
 
 async def test_status_is_described_in_openapi(start_daemon: StartDaemon) -> None:

@@ -38,6 +38,7 @@ STATE_KEYS = {
     "crawl",
     "next_crawl",
     "last_full_crawl_at",
+    "documents_awaiting_confirmation",
 }
 
 
@@ -338,6 +339,7 @@ async def test_the_state_of_a_connector_without_a_crawl(any_harness: Harness) ->
         "crawl": None,
         "next_crawl": {"mode": "incremental", "since": None, "until": None, "resumes": False},
         "last_full_crawl_at": None,
+        "documents_awaiting_confirmation": 0,
     }
     plain = await api.create("plain")
     body = (await api.get(f"/connectors/{plain['id']}/state")).body

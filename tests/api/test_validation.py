@@ -478,6 +478,26 @@ RANGES: list[tuple[dict[str, Any], dict[tuple[Any, ...], str]]] = [
     ({"throttle_seconds": 1e12}, {("body", "throttle_seconds"): SECONDS}),
     ({"throttle_seconds": 3601}, {("body", "throttle_seconds"): SECONDS}),
     (
+        {"prune_confirmations": 0},
+        {("body", "prune_confirmations"): "Must be an integer between 1 and 100"},
+    ),
+    (
+        {"prune_confirmations": True},
+        {("body", "prune_confirmations"): "Must be an integer between 1 and 100"},
+    ),
+    (
+        {"prune_confirmations": "2"},
+        {("body", "prune_confirmations"): "Must be an integer between 1 and 100"},
+    ),
+    (
+        {"source": {**HTTP, "pagination": {"type": "page", "shifts": "yes"}}},
+        {("body", "source", "pagination", "shifts"): "Must be true or false"},
+    ),
+    (
+        {"source": {**HTTP, "pagination": {"type": "cursor", "shifts": None}}},
+        {("body", "source", "pagination", "shifts"): "Must be true or false"},
+    ),
+    (
         {"retry_on_status": [399, 429, 600]},
         {
             ("body", "retry_on_status", 0): "Must be an integer between 400 and 599",

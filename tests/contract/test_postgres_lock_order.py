@@ -6,7 +6,8 @@ happen: a third connection holds document ``a``, the finish of ``a`` and ``z`` q
 first, the prune second; then ``a`` is released. A prune that had already locked ``z``
 (in a statement before, or out of key order) would then wait for the finish, which waits
 for it: PostgreSQL aborts one of them with ``deadlock_detected`` (as each test did before
-the prune locked in key order).
+the prune locked in key order). So does the count of the complete crawls in a row that missed
+each document, which a completed crawl writes with its prune.
 
 The tombstone purge takes no connector lock either: a test races it the same way with a
 page commit that turns its tombstones live again. Deleting a connector holds its row, but a
@@ -232,6 +233,34 @@ async def test_unmarking_held_deletions_locks_in_id_order_whatever_the_plan(
         assert found["z"] == (DocStatus.INDEXED, False)
     finally:
         await store.close()
+
+
+async def test_counting_missed_crawls_does_not_deadlock_with_a_finish(
+    store: PostgresStore,
+    admin: asyncpg.Connection[asyncpg.Record],
+    holder: asyncpg.Connection[asyncpg.Record],
+) -> None:
+    # Two confirmations asked. a and z were missed once; the next crawl sees z, not a: its
+    # completion sets z's count back to 0, counts a's second miss and deletes a. Written in
+    # separate statements (z reset before a counted) it would lock z before a.
+    c = await store.create_connector(make_connector(prune_confirmations=2))
+    await crawl(store, c, "c1", "a", "m", "z")
+    await crawl(store, c, "c2", "m")
+    once = PrunePlan(PruneAction.DELETE_UNSEEN, crawl_id="c2", confirmations=2, awaiting=2)
+    _, _, first = await store.mutate_with_prune(c.id, prune(once), unseen_by="c2")
+    assert (first.deleting, first.awaiting) == (0, 2)
+    await crawl(store, c, "c3", "m", "z")
+
+    twice = replace(once, crawl_id="c3", delete_at_once=True, awaiting=0)
+    assert await race_finish_with_prune(store, admin, holder, c, twice, unseen_by="c3") == 2
+
+    found = await states(admin, c)
+    assert found["a"] == (DocStatus.DELETED, False)
+    assert found["z"] == (DocStatus.INDEXED, False)
+    counts = await admin.fetch(
+        "SELECT external_id, missed FROM documents WHERE connector_id = $1", c.id
+    )
+    assert {r["external_id"]: r["missed"] for r in counts} == {"a": 0, "m": 0, "z": 0}
 
 
 async def test_a_purge_does_not_deadlock_with_a_page_seeing_its_tombstones_again(

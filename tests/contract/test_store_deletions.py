@@ -102,7 +102,7 @@ async def test_prune_counts_see_the_documents_the_crawl_did_not_stamp(store: Sto
     # Both the unchanged (a) and the rewritten (b) documents were stamped by crawl c2.
     await store.mutate_with_prune(c.id, keep(seen), unseen_by=c2.id)
     await store.mutate_with_prune(c.id, keep(seen))
-    assert seen == [PruneCounts(live=4, unseen=2), None]
+    assert seen == [PruneCounts(live=4, unseen=2, due=2), None]
 
 
 async def test_delete_unseen_at_once_drops_payloads(store: Store) -> None:
@@ -127,7 +127,7 @@ async def test_delete_unseen_at_once_drops_payloads(store: Store) -> None:
     c3 = await crawl(store, c, ("a", 1), ("b", 2))
     seen: list[PruneCounts | None] = []
     await store.mutate_with_prune(c.id, keep(seen), unseen_by=c3.id)
-    assert seen == [PruneCounts(live=2, unseen=0)]
+    assert seen == [PruneCounts(live=2, unseen=0, due=0)]
 
 
 async def test_delete_unseen_through_the_queue(store: Store) -> None:
@@ -145,7 +145,7 @@ async def test_delete_unseen_through_the_queue(store: Store) -> None:
     plan3 = replace(plan, crawl_id=c3.id)
     seen: list[PruneCounts | None] = []
     _, _, again = await store.mutate_with_prune(c.id, keep(seen, plan3), unseen_by=c3.id)
-    assert (seen, again.queued) == ([PruneCounts(live=4, unseen=0)], ())
+    assert (seen, again.queued) == ([PruneCounts(live=4, unseen=0, due=0)], ())
 
     claimed = (
         await store.claim_for_delivery(
@@ -251,7 +251,7 @@ async def test_only_the_connectors_own_crawl_is_counted(store: Store) -> None:
     await store.mutate_with_prune(c.id, keep(seen), unseen_by="not-yet-stamped")
     assert seen == [None]
     await store.mutate_with_prune(c.id, keep(seen), unseen_by=c2.id)
-    assert seen == [None, PruneCounts(live=4, unseen=2)]
+    assert seen == [None, PruneCounts(live=4, unseen=2, due=2)]
 
 
 async def test_applying_held_deletions_leaves_nothing_held(store: Store) -> None:
@@ -281,3 +281,154 @@ async def test_applying_held_deletions_leaves_nothing_held(store: Store) -> None
         "c",
         "d",
     ]
+
+
+# --- confirmations: a document goes once enough complete crawls in a row missed it -------
+
+
+def complete(run_id: str, crawl_done: Crawl) -> Any:
+    """The success rule of ``run_id`` completing ``crawl_done`` (deletions at once)."""
+
+    def change(c: Connector, counts: PruneCounts | None) -> Transition:
+        return rules.succeed(
+            c, run_id=run_id, now=at(10), crawl=crawl_done, counts=counts, delete_at_once=True
+        )
+
+    return change
+
+
+def change_for(run_id: str, crawl_done: Crawl, seen: list[PruneCounts | None]) -> Any:
+    """:func:`complete`, recording the counts it is given."""
+
+    def change(current: Connector, counts: PruneCounts | None) -> Transition:
+        seen.append(counts)
+        return complete(run_id, crawl_done)(current, counts)
+
+    return change
+
+
+async def missed(store: Store, connector_id: str) -> dict[str, int]:
+    """Each document's complete crawls in a row that missed it (live documents only)."""
+    return {
+        d.external_id: d.missed
+        for d in await store.list_documents(connector_id)
+        if d.status is not DocStatus.DELETED
+    }
+
+
+async def confirming(store: Store) -> tuple[Connector, str, Crawl]:
+    """A connector asking for 2 confirmations whose first crawl saw a, b, c, d and whose
+    second (run returned, not yet ended) saw a and b only."""
+    c = await store.create_connector(make_connector(prune_confirmations=2))
+    first = await start_run(store, c.id)
+    c1 = Crawl("c1", True)
+    await page(store, c, first, ("a", 1), ("b", 1), ("c", 1), ("d", 1), crawl=c1, indexed=True)
+    await store.mutate_with_prune(c.id, complete(first, c1), unseen_by=c1.id)
+    run_id = await start_run(store, c.id, now=at(5))
+    c2 = Crawl("c2", True)
+    await page(store, c, run_id, ("a", 1), ("b", 1), crawl=c2, now_s=6, indexed=True)
+    return c, run_id, c2
+
+
+async def test_a_document_missed_once_awaits_a_second_crawl(store: Store) -> None:
+    c, run_id, c2 = await confirming(store)
+    seen: list[PruneCounts | None] = []
+    _, after, result = await store.mutate_with_prune(
+        c.id, change_for(run_id, c2, seen), unseen_by=c2.id
+    )
+    # Unseen: c and d; confirmed gone by this crawl: none (missed once, 2 asked).
+    assert seen == [PruneCounts(live=4, unseen=2, due=0)]
+    assert (result.deleting, result.held, result.awaiting) == (0, 0, 2)
+    assert (after.awaiting_confirmation, after.deletions_held) == (2, 0)
+    assert await missed(store, c.id) == {"a": 0, "b": 0, "c": 1, "d": 1}
+    assert {s for s, _ in (await documents(store, c.id)).values()} == {DocStatus.INDEXED}
+    run = await store.get_run(run_id)
+    assert run is not None and (run.deleted, run.awaiting_confirmation) == (0, 2)
+    got = await store.get_connector(c.id)
+    assert got is not None and got.awaiting_confirmation == 2
+    single = await store.get_document(c.id, "c")
+    assert single is not None and single.missed == 1
+
+    # The third crawl sees c again (unchanged: not rewritten) but not d: d is confirmed gone,
+    # c starts over.
+    third = await start_run(store, c.id, now=at(20))
+    c3 = Crawl("c3", True)
+    await page(store, c, third, ("a", 1), ("b", 1), ("c", 1), crawl=c3, now_s=21, indexed=True)
+    seen.clear()
+    _, after, result = await store.mutate_with_prune(
+        c.id, change_for(third, c3, seen), unseen_by=c3.id
+    )
+    assert seen == [PruneCounts(live=4, unseen=1, due=1)]
+    assert (result.deleted, result.awaiting) == (1, 0)
+    assert after.awaiting_confirmation == 0
+    assert await missed(store, c.id) == {"a": 0, "b": 0, "c": 0}
+    assert (await documents(store, c.id))["d"] == (DocStatus.DELETED, DocOp.DELETE)
+    gone = await store.get_document(c.id, "d")
+    assert gone is not None and gone.missed == 0
+    run = await store.get_run(third)
+    assert run is not None and (run.deleted, run.awaiting_confirmation) == (1, 0)
+
+
+async def test_a_document_written_again_is_no_longer_missed(store: Store) -> None:
+    c, run_id, c2 = await confirming(store)
+    await store.mutate_with_prune(c.id, complete(run_id, c2), unseen_by=c2.id)
+    # An incremental run writes c again (changed): it is seen, its count is 0 at once.
+    again = await start_run(store, c.id, now=at(20))
+    await page(store, c, again, ("c", 2), now_s=21, indexed=True)
+    assert await missed(store, c.id) == {"a": 0, "b": 0, "c": 0, "d": 1}
+    # A tombstone deletes d at once, whatever its count.
+    await page(store, c, again, deletions=["d"], delete_at_once=True, now_s=22)
+    gone = await store.get_document(c.id, "d")
+    assert gone is not None and (gone.status, gone.missed) == (DocStatus.DELETED, 0)
+
+
+async def test_a_crawl_that_does_not_complete_counts_nothing(store: Store) -> None:
+    c, run_id, _ = await confirming(store)
+    seen: list[PruneCounts | None] = []
+    # The success of a run whose crawl is not the connector's (a fresh run that committed no
+    # page): no counts, no miss counted.
+    other = Crawl("not-yet-stamped", True)
+    await store.mutate_with_prune(c.id, change_for(run_id, other, seen), unseen_by=other.id)
+    assert seen == [None]
+    assert await missed(store, c.id) == {"a": 0, "b": 0, "c": 0, "d": 0}
+    got = await store.get_connector(c.id)
+    assert got is not None and got.awaiting_confirmation == 0
+
+
+async def test_prune_off_counts_no_misses(store: Store) -> None:
+    c, run_id, c2 = await confirming(store)
+    await store.mutate_with_prune(c.id, complete(run_id, c2), unseen_by=c2.id)
+    assert (await missed(store, c.id))["c"] == 1
+    await store.mutate_connector(c.id, lambda cur: Transition(replace(cur, prune=False)))
+    third = await start_run(store, c.id, now=at(20))
+    c3 = Crawl("c3", True)
+    await page(store, c, third, ("a", 1), crawl=c3, now_s=21, indexed=True)
+    _, after, result = await store.mutate_with_prune(c.id, complete(third, c3), unseen_by=c3.id)
+    assert (result.deleting, result.awaiting, after.awaiting_confirmation) == (0, 0, 0)
+    assert await missed(store, c.id) == {"a": 0, "b": 0, "c": 0, "d": 0}
+
+
+async def test_the_guard_holds_only_what_is_confirmed(store: Store) -> None:
+    c, run_id, c2 = await confirming(store)
+    await store.mutate_with_prune(c.id, complete(run_id, c2), unseen_by=c2.id)  # c, d: 1
+    # The third crawl misses c, d (now confirmed) and b (missed once): hold what is confirmed.
+    third = await start_run(store, c.id, now=at(20))
+    c3 = Crawl("c3", True)
+    await page(store, c, third, ("a", 1), crawl=c3, now_s=21, indexed=True)
+    seen: list[PruneCounts | None] = []
+    hold = PrunePlan(
+        PruneAction.HOLD_UNSEEN, crawl_id=c3.id, run_id=third, confirmations=2, awaiting=1
+    )
+    _, _, held = await store.mutate_with_prune(c.id, keep(seen, hold), unseen_by=c3.id)
+    assert seen == [PruneCounts(live=4, unseen=3, due=2)]
+    assert (held.held, held.awaiting) == (2, 1)
+    assert await missed(store, c.id) == {"a": 0, "b": 1, "c": 2, "d": 2}
+    run = await store.get_run(third)
+    assert run is not None and (run.deletions_held, run.awaiting_confirmation) == (2, 1)
+    # Applying the hold deletes c and d, not b.
+    apply = PrunePlan(PruneAction.DELETE_HELD, delete_at_once=True)
+    _, _, applied = await store.mutate_with_prune(c.id, keep([], apply))
+    assert applied.deleted == 2
+    assert sorted(
+        e for e, (s, _) in (await documents(store, c.id)).items() if s is DocStatus.DELETED
+    ) == ["c", "d"]

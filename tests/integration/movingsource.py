@@ -5,12 +5,13 @@ Each route follows the shape of a documented public list contract:
 
 - ``GET /keyset?since=&until=&after=&per_page=`` — ids ascending, filtered by ``updated_at >
   since`` (and ``updated_at < until``), the next page asked for with the last id read
-  (``{"data": [...], "next_cursor": "<id>" | null}``). The shape of keyset lists such as
-  Zendesk's cursor-based incremental exports
+  (``{"data": [...], "next_cursor": "<id>" | null, "has_more": bool}``). The shape of keyset
+  lists such as Zendesk's cursor-based incremental exports
   (https://developer.zendesk.com/api-reference/ticketing/ticket-management/incremental_exports/)
   and GitHub's ``since``-filtered lists (``until`` as in GitHub's list of commits,
   https://docs.github.com/en/rest/commits/commits#list-commits): a deletion or an edit never
-  shifts what is ahead.
+  shifts what is ahead. ``has_more`` is Stripe's end signal for the same shape, where the last
+  id read is sent back as ``starting_after`` (https://docs.stripe.com/api/pagination).
 - ``GET /next?since=&after=&per_page=`` — the same list, the next page as a relative URL in
   ``links.next`` (``null`` at the end).
 - ``GET /link?since=&after=&per_page=`` — the same list as a bare array, the next page in an
@@ -148,7 +149,8 @@ class MovingSource(LoopbackServer):
         rows = [r for r in self._live(request) if r["id"] > after][:per_page]
         last = str(rows[-1]["id"]) if len(rows) == per_page else None
         if route == "keyset":
-            return self._served(route, web.json_response({"data": rows, "next_cursor": last}))
+            body = {"data": rows, "next_cursor": last, "has_more": last is not None}
+            return self._served(route, web.json_response(body))
         query = {k: v for k, v in request.query.items() if k != "after"}
         follow = None
         if last is not None:

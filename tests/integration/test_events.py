@@ -193,6 +193,12 @@ async def test_a_sync_streams_advancing_progress_and_the_run_start_and_end(
             "succeeded",
             20,
         )
+        # The run as the runs list shows it: how its crawl ended included.
+        assert (started.data["end_reason"], started.data["warnings"]) == (None, [])
+        assert (ended.data["end_reason"], ended.data["warnings"]) == (
+            "no next cursor at 'next_cursor'",
+            [],
+        )
         last = await stream.next(_is("connector", cid, lambda d: d["sync_status"] == "idle"))
         assert last.data["progress"] == {"pages": 20, "documents": 200}
         assert last.data["documents"]["indexed"] == 200

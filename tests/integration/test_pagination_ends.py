@@ -1,6 +1,8 @@
 """Cursor crawls in a real daemon against a local server: a token carried in headers resumes
-a failed page from the checkpoint on both backend pairs, and a cursor path the records lack
-fails the run instead of ending the crawl after its first page (nothing is deleted)."""
+a failed page from the checkpoint on both backend pairs (and the resumed run records how the
+crawl ended, without a warning about the header its last page lacks), and a cursor path the
+records lack fails the run instead of ending the crawl after its first page (nothing is
+deleted)."""
 
 from __future__ import annotations
 
@@ -100,8 +102,12 @@ async def test_a_header_cursor_resumes_the_failed_page(
     failed = await sync(daemon, c.id)
     assert (failed.outcome, failed.pages) == (FAILED, 2)
     assert failed.error is not None and "500" in failed.error
+    assert (failed.end_reason, failed.warnings) == (None, ())
     resumed = await sync(daemon, c.id)
     assert (resumed.outcome, resumed.error, resumed.pages) == (SUCCEEDED, None, 1)
+    # The API leaves the header out of its last page, the only page this run read: the
+    # crawl's earlier pages had it (the resume cursor came from there), so no warning.
+    assert (resumed.end_reason, resumed.warnings) == ("no next cursor at header X-Next-Cursor", ())
     # The resumed run asks again for the page that failed, with the token it failed with.
     assert server.cursors == [None, "t-10", "t-20", "t-20"]
     assert await doc_ids(daemon, c.id) == sorted(r["id"] for r in server.records)
@@ -114,7 +120,7 @@ async def test_a_cursor_path_the_last_record_lacks_fails_the_run_and_deletes_not
     c = await daemon.create_connector(connector(f"{server.url}/after", pagination))
     complete = await sync(daemon, c.id)
     # The crawl ends on the empty page after the last record, the only end it has.
-    assert (complete.outcome, complete.pages) == (SUCCEEDED, 4)
+    assert (complete.outcome, complete.pages, complete.end_reason) == (SUCCEEDED, 4, "empty page")
     everything = sorted(r["id"] for r in server.records)
     assert await doc_ids(daemon, c.id) == everything
     # A mistyped path: the first page cannot say where the next one starts.

@@ -91,6 +91,7 @@ STATUS = {
     "workers": {"concurrency": 4, "busy": 2},
     "queue": {"depth": 12},
     "running_syncs": 1,
+    "loop_lag_seconds": 0.0042,
     "instances": [
         {
             "instance_id": "node-1",
@@ -100,6 +101,7 @@ STATUS = {
             "heartbeat_at": "2024-05-01T12:00:00Z",
             "running_syncs": 1,
             "workers": {"concurrency": 4, "busy": 2},
+            "loop_lag_seconds": 0.0042,
         },
         {
             "instance_id": "node-2",
@@ -685,15 +687,24 @@ async def test_runs_table(fake: tuple[FakeApi, str]) -> None:
     api, url = fake
     api.runs["c1"] = [
         run_row("r2", "failed", error="HTTP 503\nafter 4 attempts"),
-        run_row("r1", "succeeded", trigger="schedule", deleted=10),
+        run_row(
+            "r1",
+            "succeeded",
+            trigger="schedule",
+            deleted=10,
+            end_reason="no next cursor at 'cursor'",
+            warnings=["next cursor path 'cursor' was absent from every page"],
+        ),
     ]
     result = await syncd("runs", "tickets", "--url", url, "--limit", "5")
     assert result.code == 0
     # The store indexer is done once a page is stored: the count is of documents indexed.
+    # How a crawl ended is a column; a warning about it, a line under the table.
     assert result.out == (
-        "ID  TRIGGER   OUTCOME    STARTED               FINISHED              PAGES  SEEN  INDEXED  DELETED  ERROR\n"  # noqa: E501
-        "r2  manual    failed     2024-05-01 12:00:00Z  2024-05-01 12:00:05Z  3      250   40       0        HTTP 503 after 4 attempts\n"  # noqa: E501
-        "r1  schedule  succeeded  2024-05-01 12:00:00Z  2024-05-01 12:00:05Z  3      250   40       10       -\n"  # noqa: E501
+        "ID  TRIGGER   OUTCOME    STARTED               FINISHED              PAGES  SEEN  INDEXED  DELETED  ENDED                       ERROR\n"  # noqa: E501
+        "r2  manual    failed     2024-05-01 12:00:00Z  2024-05-01 12:00:05Z  3      250   40       0        -                           HTTP 503 after 4 attempts\n"  # noqa: E501
+        "r1  schedule  succeeded  2024-05-01 12:00:00Z  2024-05-01 12:00:05Z  3      250   40       10       no next cursor at 'cursor'  -\n"  # noqa: E501
+        "warning: run r1: next cursor path 'cursor' was absent from every page\n"
     )  # fmt: skip
     assert api.requests("GET")[-1].query == {"limit": "5"}
     api.connectors["c1"]["indexer"] = {"type": "webhook", "url": "http://127.0.0.1:9/hook"}
@@ -779,6 +790,26 @@ async def test_follow_exits_1_unless_the_run_succeeded(
     result = await syncd("sync", "c1", "-f", "--interval", "0.01", "--url", url)
     assert result.code == 1
     assert result.out.splitlines()[-1] == last_line
+
+
+async def test_follow_ends_with_how_the_crawl_ended_and_its_warnings(
+    fake: tuple[FakeApi, str],
+) -> None:
+    api, url = fake
+    api.script = follow_script()[-2:]
+    warning = "next cursor path 'cursor' was absent from every page: check `pagination.next_cursor`"
+    api.runs["c1"] = [
+        run_row("r-new", "succeeded", end_reason="no next cursor at 'cursor'", warnings=[warning])
+    ]
+    result = await syncd("sync", "c1", "-f", "--interval", "0.01", "--url", url)
+    # A warning does not fail the run: the exit code is that of a success.
+    assert result.code == 0, result.err
+    assert result.out.splitlines()[-4:] == [
+        "crawl ended: no next cursor at 'cursor'",
+        f"warning: {warning}",
+        "run r-new: 3 pages, 250 documents seen, 40 indexed",
+        "succeeded",
+    ]
 
 
 async def test_follow_finds_its_run_behind_a_newer_one(fake: tuple[FakeApi, str]) -> None:
@@ -1153,11 +1184,13 @@ async def test_status_shows_this_daemon_and_every_instance(fake: tuple[FakeApi, 
         "workers": "2 of 4 busy",
         "queue": "12 documents waiting",
         "running syncs": "1",
+        "loop lag": "4.2 ms",
     }
+    # node-2 runs an earlier version, which reports no loop lag.
     assert table.splitlines() == [
-        "INSTANCE  OWNER          VERSION  STARTED               HEARTBEAT             SYNCS  WORKERS",  # noqa: E501
-        "node-1    node-1/a1b2c3  0.1.0    2024-05-01 10:00:00Z  2024-05-01 12:00:00Z  1      2/4",
-        "node-2    node-2/d4e5f6  0.1.0    2024-05-01 11:00:00Z  2024-05-01 12:00:01Z  0      0/8",
+        "INSTANCE  OWNER          VERSION  STARTED               HEARTBEAT             SYNCS  WORKERS  LOOP LAG",  # noqa: E501
+        "node-1    node-1/a1b2c3  0.1.0    2024-05-01 10:00:00Z  2024-05-01 12:00:00Z  1      2/4      4.2 ms",  # noqa: E501
+        "node-2    node-2/d4e5f6  0.1.0    2024-05-01 11:00:00Z  2024-05-01 12:00:01Z  0      0/8      -",  # noqa: E501
     ]  # fmt: skip
     result = await syncd("status", "--url", url, "--json")
     assert json.loads(result.out) == STATUS
@@ -1406,3 +1439,18 @@ async def test_an_invalid_edit_saves_nothing_and_keeps_the_file(
     assert "exited with 3" in result.err
     # Only the first edit reached the daemon (which refused it).
     assert [s.body for s in api.requests("PATCH")] == [{"name": "", "sync_schedule": ""}]
+
+
+def test_show_prints_the_documents_awaiting_confirmation() -> None:
+    from syncd.cli.format import describe_connector
+
+    base = {"id": "c", "name": "posts", "status": "active", "deletions_held": 0}
+
+    def missed(count: int) -> str:
+        shown = describe_connector({**base, "documents_awaiting_confirmation": count})
+        [line] = [x for x in shown.splitlines() if x.startswith("missed:")]
+        return line.removeprefix("missed:").strip()
+
+    assert missed(0) == "-"
+    assert missed(1) == "1 document awaiting confirmation"
+    assert missed(2) == "2 documents awaiting confirmation"

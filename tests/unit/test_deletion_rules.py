@@ -63,7 +63,7 @@ def succeed(c: Connector, counts: PruneCounts | None, crawl: Crawl | None = None
     ],
 )
 def test_the_guard(live: int, unseen: int, action: PruneAction | None, held: int) -> None:
-    t = succeed(connector(deletions_held=7), PruneCounts(live, unseen))
+    t = succeed(connector(deletions_held=7), PruneCounts(live, unseen, unseen))
     assert (t.prune.action if t.prune else None) == action
     assert t.connector.deletions_held == held
     if t.prune is not None:
@@ -71,17 +71,17 @@ def test_the_guard(live: int, unseen: int, action: PruneAction | None, held: int
 
 
 def test_prune_max_fraction_and_prune_off() -> None:
-    counts = PruneCounts(30, 25)
+    counts = PruneCounts(30, 25, 25)
     loose = succeed(connector(prune_max_fraction=1.0), counts)
     assert loose.prune is not None and loose.prune.action is PruneAction.DELETE_UNSEEN
-    strict = succeed(connector(prune_max_fraction=0.0), PruneCounts(100, 11))
+    strict = succeed(connector(prune_max_fraction=0.0), PruneCounts(100, 11, 11))
     assert strict.prune is not None and strict.prune.action is PruneAction.HOLD_UNSEEN
     off = succeed(connector(prune=False, deletions_held=4), counts)
     assert (off.prune, off.connector.deletions_held) == (None, 0)
 
 
 def test_only_the_completion_of_the_connectors_full_crawl_prunes() -> None:
-    counts = PruneCounts(30, 10)
+    counts = PruneCounts(30, 10, 10)
     held = connector(deletions_held=5)
     # Not full (an incremental crawl), or another crawl than the connector's (a fresh run
     # that committed no page), or no crawl: nothing pruned, the held count kept.
@@ -115,7 +115,7 @@ def test_an_incremental_source_crawls_in_full_once_its_schedule_fired() -> None:
     assert rules.full_crawl_due(due, NOW)
     assert rules.crawl_of_run(due, resuming=False, now=NOW, new_crawl_id="n") == Crawl("n", True)
     # Completing it sets the next fire; an incremental crawl's completion does not.
-    done = succeed(due, PruneCounts(5, 0), Crawl("k", True))
+    done = succeed(due, PruneCounts(5, 0, 0), Crawl("k", True))
     assert done.connector.next_full_crawl_at == datetime(2024, 5, 12, 3, 0, tzinfo=UTC)
     partial = succeed(due, None, Crawl("k", False))
     assert partial.connector.next_full_crawl_at == due.next_full_crawl_at

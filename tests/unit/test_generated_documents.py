@@ -19,8 +19,8 @@ from syncd.api.routes import ROUTES
 from syncd.plugins import Registry
 from syncd.schema import connector_file_schema, model_json_schemas
 
-OPENAPI_SHA256 = "a3e836db89c6b51c3ac62829494534f704d8ca5b77fd0cc9a693566acb53cab4"
-CONNECTOR_FILE_SCHEMA_SHA256 = "1615ee923b3db8f5020bd7e7617f707a0ed119f1768b891c389dbac1da1340b0"
+OPENAPI_SHA256 = "d3a2685880d02e93805f78718a108715e6c742332f74d6d0f50f9b9b191c5379"
+CONNECTOR_FILE_SCHEMA_SHA256 = "b4b86231ec1b7e20b4e452b73f0ffa67bc7d1e5674525bba057607c0926765d6"
 
 _ZONES = "<the time zones this machine knows>"
 

@@ -21,6 +21,7 @@ from syncd.schema import connector_file_schema
 from syncd.sources.base import SourceContext
 from syncd.sources.http import HttpSource, validate_http_source
 from syncd.sources.http.pagination import (
+    Lack,
     Next,
     PageRequest,
     Pagination,
@@ -57,7 +58,12 @@ def test_a_cursor_from_a_header_goes_back_in_a_header() -> None:
     assert style.request(found.cursor, BASE) == PageRequest(
         URL, {"q": "x"}, None, {"X-Cursor": "tok-2"}
     )
-    assert follow(style, "tok-2", [{"id": 2}]) == Next(None, "no next cursor at header X-Next")
+    ended = Next(
+        None,
+        "no next cursor at header X-Next",
+        Lack(Watched("X-Next", "header"), "next cursor", "next_cursor"),
+    )
+    assert follow(style, "tok-2", [{"id": 2}]) == ended
     assert style.watched == (Watched("X-Next", "header"),)
 
 

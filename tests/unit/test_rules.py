@@ -16,6 +16,7 @@ from syncd.errors import Conflict, Fenced
 from syncd.models import (
     Connector,
     ConnectorStatus,
+    CrawlEnd,
     DocStatus,
     DocumentInput,
     RunOutcome,
@@ -117,6 +118,15 @@ def test_success_transition(status: ConnectorStatus, expected: ConnectorStatus) 
     assert t.connector.last_synced_at == T0 + timedelta(minutes=1)
     assert t.connector.resume_cursor is None
     assert t.ends[0].outcome is RunOutcome.SUCCEEDED
+
+
+def test_success_records_how_the_crawl_ended() -> None:
+    end = CrawlEnd("no next cursor at 'cursor'", ("next cursor path 'cursor' was absent",))
+    t = rules.succeed(running(), run_id="r1", now=T0, end=end)
+    assert (t.ends[0].end_reason, t.ends[0].warnings) == (end.reason, end.warnings)
+    # Without one, nothing is recorded.
+    bare = rules.succeed(running(), run_id="r1", now=T0)
+    assert (bare.ends[0].end_reason, bare.ends[0].warnings) == (None, ())
 
 
 @pytest.mark.parametrize(

@@ -31,6 +31,7 @@ def row(payload: str | None = TEXT) -> tuple[object, ...]:
         "lease_token": "t1",
         "lease_until": "2024-05-01T00:05:00.000000Z",
         "op": "index",
+        "missed": 1,
     }
     assert list(values) == list(DOCUMENT_COLUMNS)
     return (*values.values(), *(() if payload is None else (payload,)))
@@ -51,6 +52,7 @@ def test_a_decoded_row_equals_the_document_the_constructor_builds() -> None:
         lease_until=T0.replace(minute=5),
         payload_json=TEXT,
         op=DocOp.INDEX,
+        missed=1,
     )
     assert decoded == built
     assert decoded.payload_json == TEXT

@@ -12,6 +12,8 @@ end signal (``more``, ``done``, ``total``, ``total_pages``) that a page lacks fa
 so does a page that says more pages follow without the means to reach them. A cursor taken
 from the last record ends only on an empty page or an end signal: a last record without it
 fails the page, since a wrong path would otherwise end every crawl after its first page.
+A crawl that ends because the next cursor or next URL had no value says where it looked
+(:attr:`Next.lacking`): the source warns when that place was absent from every page.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from syncd.paths import MISSING, get_path, set_path
 
 __all__ = [
     "PAGINATION_TYPES",
+    "Lack",
     "Next",
     "PageRequest",
     "Pagination",
@@ -79,11 +82,24 @@ class Watched:
 
 
 @dataclass(frozen=True)
+class Lack:
+    """A configured place that held no value (absent, null or empty) on the page that ended
+    the crawl, so that its absence ended it: ``what`` it holds ("next cursor") and the
+    ``key`` of the pagination config that names it (``next_cursor``)."""
+
+    place: Watched
+    what: str
+    key: str
+
+
+@dataclass(frozen=True)
 class Next:
-    """The cursor of the page after this one (``None``: this was the last) and why."""
+    """The cursor of the page after this one (``None``: this was the last) and why; for a
+    crawl ended by a place without a value, that place (``lacking``)."""
 
     cursor: str | None
     reason: str
+    lacking: Lack | None = None
 
 
 class Pagination(Protocol):
@@ -193,6 +209,10 @@ class CursorPagination(_Ends):
         """See :class:`Pagination`."""
         return (Watched(self.next_cursor, self.next_from), *super().watched)
 
+    @property
+    def _lack(self) -> Lack:
+        return Lack(Watched(self.next_cursor, self.next_from), "next cursor", "next_cursor")
+
     def request(self, cursor: str | None, base: PageRequest) -> PageRequest:
         """See :class:`Pagination`."""
         if cursor is None:
@@ -224,7 +244,7 @@ class CursorPagination(_Ends):
                 raise SourceError(
                     f"next cursor {self.next_cursor!r} is {json.dumps(value)} in the last record"
                 )
-            return Next(None, f"no next cursor at {place}")
+            return Next(None, f"no next cursor at {place}", self._lack)
         if self.where == "body":
             text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
         else:
@@ -285,7 +305,8 @@ class NextUrlPagination(_Ends, _UrlPagination):
         if value is MISSING or value is None or value == "":
             if ended is False:
                 raise self.announced(why, f"no next URL at {self.next_url_path!r}")
-            return Next(None, f"no next URL at {self.next_url_path!r}")
+            lack = Lack(Watched(self.next_url_path), "next URL", "next_url")
+            return Next(None, f"no next URL at {self.next_url_path!r}", lack)
         if not isinstance(value, str):
             raise SourceError(
                 f"next URL at {self.next_url_path!r} is a {type(value).__name__}, expected a string"

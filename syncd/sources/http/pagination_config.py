@@ -16,6 +16,7 @@ from syncd.schema.fields import (
     HEADER_NAME_PATTERN,
     PATH_PATTERN,
     FieldPath,
+    Flag,
     HeaderName,
     Limit,
     NonEmptyText,
@@ -121,6 +122,18 @@ def _header_problems(value: Any, keys: tuple[str, ...]) -> list[tuple[tuple[str 
     ]
 
 
+def _shifts(default: bool) -> Any:
+    """The ``shifts`` key of a style whose lists shift under deletions by ``default``."""
+    return absent(
+        description="Whether the pages of this list shift when a record before them is "
+        "deleted, so that a crawl can miss a live record (a page-number or offset list does, "
+        "a list continued after the last id read does not). True: unless the connector sets "
+        "`prune_confirmations`, a document is deleted only once 2 complete full crawls in a "
+        f"row missed it. Default: {'true' if default else 'false'} for this style.",
+        examples=[not default],
+    )
+
+
 EndStatuses = Annotated[
     list[StatusCode], Field(min_length=1, max_length=_END_STATUS_MAX), BeforeValidator(status_list)
 ]
@@ -179,6 +192,7 @@ class CursorPagination(_Ends):
         "`starting_after`, a search's `sort` values). Only an empty page, `more` or `done` "
         "ends a `last_record` crawl: a last record without `next_cursor` fails the page.",
     )
+    shifts: Flag = _shifts(False)
 
     @model_validator(mode="wrap")
     @classmethod
@@ -197,12 +211,14 @@ class NextUrlPagination(_Ends):
         description="Path of the next page's URL.",
         examples=["links.next", "/@odata.nextLink"],
     )
+    shifts: Flag = _shifts(False)
 
 
 class LinkHeaderPagination(_EndStatus):
     """RFC 8288 ``Link: <…>; rel="next"`` (followed on the same origin only)."""
 
     type: Literal["link_header"]
+    shifts: Flag = _shifts(False)
 
 
 ParamName = Annotated[FieldPath, Field(min_length=1)]
@@ -234,6 +250,7 @@ class OffsetPagination(_Ends):
     total_header: HeaderName = absent(
         description="Header that holds the total number of records.", examples=["X-Total-Count"]
     )
+    shifts: Flag = _shifts(True)
 
     @model_validator(mode="wrap")
     @classmethod
@@ -265,6 +282,7 @@ class PagePagination(_Ends):
     total_pages_header: HeaderName = absent(
         description="Header that holds the number of pages.", examples=["X-WP-TotalPages"]
     )
+    shifts: Flag = _shifts(True)
 
     @model_validator(mode="wrap")
     @classmethod

@@ -31,14 +31,21 @@ from syncd.config.secrets import (
 from syncd.errors import ClientError, ServerError, SourceError
 from syncd.http.timeouts import resolve_timeouts
 from syncd.http.transport import Response, safe_url
-from syncd.models import Page
+from syncd.models import CrawlEnd, Page
 from syncd.observability.logs import MASK, redact, register_secret
 from syncd.paths import MISSING, get_path
 from syncd.sources.base import SourceContext
 from syncd.sources.http.auth import AuthError, Credentials, SourceAuth, TokenCache, build_auth
 from syncd.sources.http.config import validate_http_source
 from syncd.sources.http.marks import mark_value
-from syncd.sources.http.pagination import Next, PageRequest, QueryParams, build_pagination
+from syncd.sources.http.pagination import (
+    Lack,
+    Next,
+    PageRequest,
+    QueryParams,
+    Watched,
+    build_pagination,
+)
 from syncd.sources.http.window import beyond, read_mark, window_request
 
 __all__ = ["HttpSource", "PageReport"]
@@ -61,7 +68,8 @@ class HttpSource:
     Implements ``Source`` and ``StatefulSource``: with ``incremental`` configured,
     :meth:`checkpoint` returns ``{"since": <value sent by this crawl>, "high_water": <largest
     value of the field seen>}``. A fresh crawl sends the previous ``high_water``; a resumed
-    crawl keeps sending the interrupted crawl's ``since``.
+    crawl keeps sending the interrupted crawl's ``since``. Once a page ended the crawl,
+    :meth:`crawl_end` says how.
     """
 
     def __init__(
@@ -116,6 +124,12 @@ class HttpSource:
             )
         self._pages = 0
         self.last_page: PageReport | None = None
+        # How the crawl ended, once a page ended it; the places absent from every page this
+        # run read (None before the first), and whether the first of them held records.
+        self._end: CrawlEnd | None = None
+        self._never_found: set[Watched] | None = None
+        self._first_held_records = False
+        self._resuming = context.resuming
         self._incremental: Mapping[str, Any] | None = config.get("incremental")
         self._inc_field: str | None = self._incremental["field"] if self._incremental else None
         state = context.state
@@ -132,6 +146,17 @@ class HttpSource:
                     self._until = read_mark(config, self._window.until)
                 except ValueError as exc:
                     raise SourceError(f"backfill until {self._window.until!r}: {exc}") from None
+
+    def crawl_end(self) -> CrawlEnd | None:
+        """How the crawl ended, once a page ended it (``None`` before): the last page's
+        reason (:attr:`last_page`) and a warning when the crawl ended because the next cursor
+        or next URL had no value on the last page and that place was absent — not null or
+        empty — from every page, the first of them holding records: what a misspelt path
+        looks like (an API that leaves the key out of its last page only gets it on one-page
+        crawls). The pages counted are the crawl's: a resumed run continues a crawl whose
+        earlier pages held the place (its resume cursor came from there), so it never warns.
+        """
+        return self._end
 
     def checkpoint(self) -> dict[str, Any]:
         """The state to save with each committed page (empty unless incremental)."""
@@ -216,17 +241,28 @@ class HttpSource:
             if cursor is None or exc.status not in self._pagination.end_status:
                 raise
             self.last_page = PageReport(f"status {exc.status} past the last page (end_status)")
+            self._end = CrawlEnd(self.last_page.reason)
             return Page([], None)
         body = response.json()
         self._check_fail_when(body)
         records = self._records(body, response.url)
         found = self._pagination.next(cursor, response, body, records)
+        absent = self._absent(response, body, records)
         self._pages += 1
-        if self._max_pages is not None and self._pages >= self._max_pages:
-            found = Next(None, f"max_pages ({self._max_pages}) reached")
+        if self._pages == 1:
+            self._never_found, self._first_held_records = set(absent), bool(records)
+        elif self._never_found:
+            self._never_found.intersection_update(absent)
+        # A page that ends the crawl by its style's own rule keeps that reason.
+        limit = self._max_pages
+        if found.cursor is not None and limit is not None and self._pages >= limit:
+            found = Next(None, f"max_pages ({limit}) reached")
         self.last_page = PageReport(
-            found.reason, self._absent_paths(response, body, records) if self._pages == 1 else ()
+            found.reason,
+            self._first_page_warnings(absent, body, records) if self._pages == 1 else (),
         )
+        if found.cursor is None:
+            self._end = CrawlEnd(found.reason, self._end_warnings(found.lacking, body))
         filtered = 0
         if self._inc_field is not None:
             self._observe(records, self._inc_field)
@@ -291,22 +327,38 @@ class HttpSource:
             detail = "" if message is MISSING else f": {_shown(message)}"
             raise SourceError(f"source reported an error ({path!r} is {_shown(value)}){detail}")
 
-    def _absent_paths(self, response: Response, body: Any, records: list[Any]) -> tuple[str, ...]:
-        """Warnings for the configured paths and headers the first page's response lacks
-        (a path in the last record only when the page has one)."""
+    def _absent(self, response: Response, body: Any, records: list[Any]) -> list[Watched]:
+        """The configured paths and headers the page's response lacks (a path in the last
+        record only when the page has one)."""
+        last = records[-1] if records else None
+        absent = []
+        for spot in self._pagination.watched:
+            if spot.where == "header":
+                lacks = spot.name not in response.headers
+            elif spot.where == "last_record":
+                lacks = isinstance(last, Mapping) and get_path(last, spot.name) is MISSING
+            else:
+                lacks = get_path(body, spot.name) is MISSING
+            if lacks:
+                absent.append(spot)
+        return absent
+
+    def _first_page_warnings(
+        self, absent: list[Watched], body: Any, records: list[Any]
+    ) -> tuple[str, ...]:
+        """A preview's warnings for the places the first page lacks (``absent``) and an
+        incremental field its first record lacks."""
         warnings = []
         last = records[-1] if records else None
-        for spot in self._pagination.watched:
+        for spot in absent:
             path = spot.name
             if spot.where == "header":
-                if path not in response.headers:
-                    warnings.append(f"header {path} is not in the first page's response")
+                warnings.append(f"header {path} is not in the first page's response")
             elif spot.where == "last_record":
-                if isinstance(last, Mapping) and get_path(last, path) is MISSING:
-                    warnings.append(
-                        f"{path!r} is not in the first page's last record{_hint(last, path)}"
-                    )
-            elif get_path(body, path) is MISSING:
+                warnings.append(
+                    f"{path!r} is not in the first page's last record{_hint(last, path)}"
+                )
+            else:
                 warnings.append(f"{path!r} is not in the first page's response{_hint(body, path)}")
         first = records[0] if records else None
         field = self._inc_field
@@ -315,6 +367,21 @@ class HttpSource:
                 f"incremental field {field!r} is not in the first record{_hint(first, field)}"
             )
         return tuple(warnings)
+
+    def _end_warnings(self, lack: Lack | None, body: Any) -> tuple[str, ...]:
+        """The warning of a crawl that ended because ``lack``'s place had no value, when that
+        place was absent from every page (see :meth:`crawl_end`)."""
+        never = self._never_found
+        if lack is None or self._resuming or not self._first_held_records or not never:
+            return ()
+        place = lack.place
+        if place not in never:
+            return ()
+        if place.where == "header":
+            where = f"header {place.name}"
+        else:
+            where = f"path {place.name!r}{_hint(body, place.name)}"
+        return (f"{lack.what} {where} was absent from every page: check `pagination.{lack.key}`",)
 
     def _records(self, body: Any, url: str) -> list[dict[str, Any]]:
         if self._records_path is None:

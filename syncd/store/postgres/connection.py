@@ -23,6 +23,7 @@ import asyncpg
 import orjson
 
 from syncd.errors import NameConflict, StoreError, StoreUnavailable
+from syncd.observability.logs import MASK
 from syncd.store import codec
 from syncd.store.postgres import migrations as schema
 from syncd.store.postgres import sql
@@ -400,5 +401,5 @@ class PostgresDatabase:
         else:
             text = f"PostgreSQL error ({action}): {type(exc).__name__}: {detail}"
         if self._password:
-            text = text.replace(self._password, "***")
+            text = text.replace(self._password, MASK)
         return text

@@ -22,6 +22,7 @@ from syncd.models import (
     SyncStatus,
     Transition,
 )
+from syncd.rules.deletions import prune_confirmations
 from syncd.store import codec
 from syncd.store.base import PruneRule, StateRule
 from syncd.store.claims import plan_claims
@@ -111,21 +112,28 @@ class PostgresConnectors:
             completing = unseen_by is not None and before.crawl_id == unseen_by
             counts = None
             if completing:
-                found = await tx.fetch_one(sql.PRUNE_COUNTS, connector_id, unseen_by)
+                missed_before = prune_confirmations(before) - 1
+                found = await tx.fetch_one(sql.PRUNE_COUNTS, connector_id, unseen_by, missed_before)
                 assert found is not None  # an aggregate always has a row
-                counts = PruneCounts(int(found["live"]), int(found["unseen"]))
+                counts = PruneCounts(int(found["live"]), int(found["unseen"]), int(found["due"]))
             transition = rule(before, counts)
             after = await self._write_transition(tx, connector_id, transition)
-            unmark = completing and before.deletions_held > 0
-            if (lock := _prune_lock(transition.prune, unmark=unmark)) is not None:
-                await tx.execute(lock[0], connector_id, *lock[1])
-            if unmark:
-                # The crawl recomputes what is held (documents are held only while the
-                # connector's deletions_held says so: applying them unmarks the rest).
-                await tx.execute(sql.CLEAR_HELD, connector_id)
+            plan = transition.prune
+            if completing:
+                # The crawls that missed each document: counted only when the plan prunes.
+                # One statement locks (in id order) and writes every document the crawl's end
+                # writes: no document stays held but those the plan holds.
+                counting = plan is not None and plan.action is not PruneAction.DELETE_HELD
+                if counting or before.deletions_held > 0:
+                    await tx.execute(sql.TALLY_MISSED, connector_id, unseen_by, counting)
+                else:
+                    await tx.execute(sql.RESET_MISSED, connector_id)
+            elif plan is not None and plan.action is PruneAction.DELETE_HELD:
+                # Deletes some held documents, then unmarks the others: both sets locked first.
+                await tx.execute(sql.LOCK_HELD, connector_id)
             result = PruneResult()
-            if transition.prune is not None:
-                result = await _prune(tx, connector_id, transition.prune, after.updated_at)
+            if plan is not None and (completing or plan.action is PruneAction.DELETE_HELD):
+                result = await _prune(tx, connector_id, plan, after.updated_at)
             if completing:
                 await tx.execute(sql.FORGET_CRAWLS, connector_id)
         return before, after, result
@@ -153,7 +161,15 @@ class PostgresConnectors:
                 start.attempt,
             )
         for end in transition.ends:
-            await tx.execute(sql.END_RUN, end.id, end.outcome.value, end.finished_at, end.error)
+            await tx.execute(
+                sql.END_RUN,
+                end.id,
+                end.outcome.value,
+                end.finished_at,
+                end.error,
+                end.end_reason,
+                codec.warnings_text(end.warnings),
+            )
         return after
 
     async def delete_connector(self, connector_id: str) -> None:
@@ -232,32 +248,17 @@ class PostgresConnectors:
             await tx.execute(sql.SET_SECRET_STATE, connector_id, state)
 
 
-def _prune_lock(plan: PrunePlan | None, *, unmark: bool) -> tuple[str, list[Any]] | None:
-    """The statement (and its parameters after the connector id) that locks up front, in id
-    order, the documents a prune writes in more than one statement (see
-    ``sql.LOCK_HELD``); ``None`` when it writes them in one statement or none. ``unmark``:
-    the held documents are unmarked before ``plan`` is applied."""
-    if plan is None:
-        return None
-    if plan.action is PruneAction.DELETE_HELD:
-        # Deletes some held documents, then unmarks the others.
-        return sql.LOCK_HELD, []
-    if unmark:
-        return sql.LOCK_HELD_OR_UNSEEN, [plan.crawl_id]
-    return None
-
-
 async def _prune(
     tx: PostgresTransaction, connector_id: str, plan: PrunePlan, now: datetime
 ) -> PruneResult:
     """Apply a prune plan to the connector's documents (see ``Store.mutate_with_prune``)."""
     if plan.action is PruneAction.HOLD_UNSEEN:
-        held = await tx.execute(sql.HOLD_UNSEEN, connector_id, plan.crawl_id)
-        result = PruneResult(held=held)
+        held = await tx.execute(sql.HOLD_CONFIRMED, connector_id, plan.confirmations)
+        result = PruneResult(held=held, awaiting=plan.awaiting)
     else:
         status = DocStatus.DELETED if plan.delete_at_once else DocStatus.PENDING
         if plan.action is PruneAction.DELETE_UNSEEN:
-            query, args = sql.DELETE_UNSEEN, [plan.crawl_id]
+            query, args = sql.DELETE_CONFIRMED, [plan.confirmations]
         else:
             query, args = sql.DELETE_HELD, []
         rows = await tx.fetch_all(query, connector_id, status.value, now, *args)
@@ -265,9 +266,12 @@ async def _prune(
         if plan.action is PruneAction.DELETE_HELD:
             # Those seen again since are no longer held.
             await tx.execute(sql.CLEAR_HELD, connector_id)
-        result = PruneResult(deleted=len(ids)) if plan.delete_at_once else PruneResult(tuple(ids))
+        if plan.delete_at_once:
+            result = PruneResult(deleted=len(ids), awaiting=plan.awaiting)
+        else:
+            result = PruneResult(tuple(ids), awaiting=plan.awaiting)
     if plan.run_id is not None:
-        await tx.execute(sql.RUN_PRUNED, plan.run_id, result.deleting, result.held)
+        await tx.execute(sql.RUN_PRUNED, plan.run_id, result.deleting, result.held, result.awaiting)
     return result
 
 

@@ -268,6 +268,34 @@ ALTER TABLE runs ADD COLUMN attempt integer NOT NULL DEFAULT 1;
     ),
     (
         12,
+        # How a run's crawl ended (the rule that ended it) and the warnings about that end, a
+        # JSON array of texts.
+        """
+ALTER TABLE runs ADD COLUMN end_reason text;
+ALTER TABLE runs ADD COLUMN warnings text NOT NULL DEFAULT '[]';
+""",
+    ),
+    (
+        13,
+        # A document is deleted once enough complete full crawls in a row missed it (DESIGN.md
+        # §12): each document counts the crawls that missed it (a partial index finds the
+        # few that did, so that a crawl's end reads no other); the connector keeps its
+        # setting (NULL: its pagination's default) and the documents waiting for
+        # confirmation, each run those it left waiting.
+        """
+ALTER TABLE connectors
+    ADD COLUMN prune_confirmations integer,
+    ADD COLUMN awaiting_confirmation bigint NOT NULL DEFAULT 0;
+
+ALTER TABLE runs ADD COLUMN awaiting_confirmation bigint NOT NULL DEFAULT 0;
+
+ALTER TABLE documents ADD COLUMN missed integer NOT NULL DEFAULT 0;
+
+CREATE INDEX documents_missed_idx ON documents (connector_id, external_id) WHERE missed > 0;
+""",
+    ),
+    (
+        14,
         # The records a run's source read and left out (a backfill's past the end of its
         # window).
         "ALTER TABLE runs ADD COLUMN documents_filtered bigint NOT NULL DEFAULT 0;",

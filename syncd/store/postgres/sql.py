@@ -159,7 +159,7 @@ RETURNING id"""
 # DO UPDATE leaves unchanged documents untouched (no new row version), and RETURNING yields
 # exactly the ids to enqueue. Parameters: connector id, external ids, content hashes,
 # payloads, now, REQUEUE_ERROR, the status to write, REQUEUE_STATUS (syncd.rules.documents).
-# A document written is an index operation, no longer held.
+# A document written is an index operation, no longer held nor missed by any crawl.
 UPSERT_DOCUMENTS: Final = """
 INSERT INTO documents AS d
     (connector_id, external_id, status, content_hash, payload, error, attempts,
@@ -172,7 +172,7 @@ ON CONFLICT (connector_id, external_id) DO UPDATE SET
     status = excluded.status, content_hash = excluded.content_hash, payload = excluded.payload,
     error = NULL, attempts = 0, lease_token = NULL, lease_until = NULL,
     updated_at = excluded.updated_at, indexed_at = COALESCE(excluded.indexed_at, d.indexed_at),
-    op = 'index', held = false
+    op = 'index', held = false, missed = 0
 -- The enqueue rule, syncd.rules.must_write (a new document never reaches this WHERE): a
 -- deleted document, or one being deleted, that a crawl sees again is indexed again.
 WHERE d.content_hash <> excluded.content_hash
@@ -223,8 +223,8 @@ WITH c AS (
     FOR UPDATE OF d
 )
 UPDATE documents AS d SET
-    op = 'delete', status = $2, error = NULL, attempts = 0, held = false, lease_token = NULL,
-    lease_until = NULL, updated_at = $3,
+    op = 'delete', status = $2, error = NULL, attempts = 0, held = false, missed = 0,
+    lease_token = NULL, lease_until = NULL, updated_at = $3,
     payload = CASE WHEN $2::text = 'deleted' THEN 'null' ELSE d.payload END
 FROM c
 WHERE d.connector_id = $1 AND d.external_id = c.external_id
@@ -232,82 +232,94 @@ RETURNING d.external_id"""
 
 
 DELETE_IDS: Final = _mark_delete("d.external_id = ANY($4::text[])")
-DELETE_UNSEEN: Final = _mark_delete(f"NOT EXISTS ({_seen('$4')})")
+# What a complete crawl confirms gone (DESIGN.md §12): the prunable documents that as many
+# complete crawls in a row as the connector asks ($4, at least 1) have missed, this one
+# included (TALLY_MISSED ran first, and locked them).
+DELETE_CONFIRMED: Final = _mark_delete("d.missed > 0 AND d.missed >= $4")
 # Held, and not seen again by a crawl begun since (its pages are the only ones kept).
 DELETE_HELD: Final = _mark_delete(f"d.held AND NOT EXISTS ({_seen(None)})")
 
-HOLD_UNSEEN: Final = f"""
+
+def _update_in_id_order(selection: str, assignments: str) -> str:
+    """An update of the connector's ($1) documents matching ``selection`` (on ``d``), locked
+    first in id order, like every statement that writes several documents (see
+    --- documents ---)."""
+    return f"""
 WITH c AS (
     SELECT d.external_id FROM documents AS d
-    WHERE d.connector_id = $1 AND {_PRUNABLE} AND NOT EXISTS ({_seen("$2")})
+    WHERE d.connector_id = $1 AND {selection}
     ORDER BY d.external_id
     FOR UPDATE OF d
 )
-UPDATE documents AS d SET held = true
+UPDATE documents AS d SET {assignments}
 FROM c
 WHERE d.connector_id = $1 AND d.external_id = c.external_id"""
 
-# In id order, like every statement that writes several documents (see --- documents ---).
-CLEAR_HELD: Final = """
-WITH c AS (
-    SELECT external_id FROM documents
-    WHERE connector_id = $1 AND held
-    ORDER BY external_id
-    FOR UPDATE
+
+HOLD_CONFIRMED: Final = _update_in_id_order(
+    f"{_PRUNABLE} AND d.missed > 0 AND d.missed >= $2", "held = true"
 )
-UPDATE documents AS d SET held = false
-FROM c
-WHERE d.connector_id = $1 AND d.external_id = c.external_id"""
+CLEAR_HELD: Final = _update_in_id_order("d.held", "held = false")
 
-# A prune that writes documents in two statements (unmarking the held ones, and deleting or
-# holding) locks, first and in id order, every document either may write: each statement
-# alone locks in id order, but the two together would not, and a worker finishing documents
-# of both sets (it holds no connector lock) could deadlock with the prune. The sets are
-# stable while the prune holds the connector row: `held`, the crawls' pages and a document
-# leaving `deleted` are only ever written under that lock; the writers that do not take it
-# (claims, finishes, lease sweeps, requeues) can only move a document out of these sets (a
-# delete finished) or between live statuses. So nothing the later statements lock is
-# unlocked by then. Parameter: connector id.
+# A prune that writes documents in two statements (deleting some held documents, then
+# unmarking the others) locks, first and in id order, every document either may write: each
+# statement alone locks in id order, but the two together would not, and a worker finishing
+# documents of both sets (it holds no connector lock) could deadlock with the prune. The set
+# is stable while the prune holds the connector row: `held` is only ever written under that
+# lock. Parameter: connector id.
 LOCK_HELD: Final = """
 SELECT 1 FROM documents
 WHERE connector_id = $1 AND held
 ORDER BY external_id
 FOR UPDATE"""
 
-# The same with the live documents crawl $2 did not see (a superset of the prunable ones:
-# a delete in progress may fail, and so become prunable, meanwhile). An anti-join with the
-# crawl's distinct ids, as the prune counts do, not a subquery per document.
-LOCK_HELD_OR_UNSEEN: Final = """
+# The distinct ids crawl $2 saw: a set to anti-join with.
+_SEEN_BY_CRAWL: Final = """
 WITH seen AS (
     SELECT DISTINCT s.external_id
     FROM crawl_pages AS p, unnest(p.ids) AS s(external_id)
     WHERE p.connector_id = $1 AND p.crawl_id = $2
+)"""
+
+# A complete crawl's end writes every document it writes in this one statement, so in id
+# order (DELETE_CONFIRMED and HOLD_CONFIRMED then write some of the rows it locked: see
+# LOCK_HELD): none stays held (the crawl recomputes that), and each counts the complete
+# crawls in a row that missed it: one more for the prunable ones crawl $2 did not see when
+# $3 (the plan prunes), else 0 again. With nothing held nor counted, RESET_MISSED instead.
+TALLY_MISSED: Final = f"""{_SEEN_BY_CRAWL}, c AS (
+    SELECT d.external_id, ($3::boolean AND seen.external_id IS NULL AND {_PRUNABLE}) AS again
+    FROM documents AS d LEFT JOIN seen ON seen.external_id = d.external_id
+    WHERE d.connector_id = $1
+      AND (d.held OR d.missed > 0
+           OR ($3::boolean AND seen.external_id IS NULL AND {_PRUNABLE}))
+    ORDER BY d.external_id
+    FOR UPDATE OF d
 )
-SELECT 1 FROM documents AS d LEFT JOIN seen ON seen.external_id = d.external_id
-WHERE d.connector_id = $1 AND (d.held OR (d.status <> 'deleted' AND seen.external_id IS NULL))
-ORDER BY d.external_id
-FOR UPDATE OF d"""
+UPDATE documents AS d SET
+    held = false, missed = CASE WHEN c.again THEN d.missed + 1 ELSE 0 END
+FROM c
+WHERE d.connector_id = $1 AND d.external_id = c.external_id"""
+
+RESET_MISSED: Final = _update_in_id_order("d.missed > 0", "missed = 0")
 
 FORGET_CRAWLS: Final = "DELETE FROM crawl_pages WHERE connector_id = $1"
 
-# The guard's figures: live documents, and those of them the crawl did not see (an anti-join
-# with the crawl's distinct ids).
-PRUNE_COUNTS: Final = """
-WITH seen AS (
-    SELECT DISTINCT s.external_id
-    FROM crawl_pages AS p, unnest(p.ids) AS s(external_id)
-    WHERE p.connector_id = $1 AND p.crawl_id = $2
-)
+# The guard's figures: live documents, those of them the crawl did not see (an anti-join
+# with the crawl's distinct ids), and of those the ones it confirms gone: missed at least $3
+# times before (the connector's prune_confirmations less one).
+PRUNE_COUNTS: Final = f"""{_SEEN_BY_CRAWL}
 SELECT count(*) AS live,
+       count(*) FILTER (WHERE seen.external_id IS NULL AND {_PRUNABLE}) AS unseen,
        count(*) FILTER (
-           WHERE seen.external_id IS NULL
-             AND NOT (d.op = 'delete' AND d.status IN ('pending', 'running'))
-       ) AS unseen
+           WHERE seen.external_id IS NULL AND {_PRUNABLE} AND d.missed >= $3
+       ) AS due
 FROM documents AS d LEFT JOIN seen ON seen.external_id = d.external_id
 WHERE d.connector_id = $1 AND d.status <> 'deleted'"""
 
 RUN_PRUNED: Final = """
-UPDATE runs SET deleted = deleted + $2, deletions_held = deletions_held + $3 WHERE id = $1"""
+UPDATE runs SET deleted = deleted + $2, deletions_held = deletions_held + $3,
+    awaiting_confirmation = $4
+WHERE id = $1"""
 
 # Without the connector lock, so in key order like every writer of several documents: a
 # page that sees tombstones again turns them live in that order, and a purge meeting them in
@@ -355,7 +367,7 @@ INSERT INTO runs (id, connector_id, trigger, outcome, started_at, owner, attempt
 VALUES ($1, $2, $3, 'running', $4, $5, $6)"""
 
 END_RUN: Final = """
-UPDATE runs SET outcome = $2, finished_at = $3, error = $4
+UPDATE runs SET outcome = $2, finished_at = $3, error = $4, end_reason = $5, warnings = $6
 WHERE id = $1 AND outcome = 'running'"""
 
 GET_RUN: Final = f"SELECT {_RUN_COLUMNS} FROM runs WHERE id = $1"

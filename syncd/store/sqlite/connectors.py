@@ -20,9 +20,11 @@ from syncd.models import (
     PruneCounts,
     PrunePlan,
     PruneResult,
+    RunEnd,
     SyncStatus,
     Transition,
 )
+from syncd.rules.deletions import prune_confirmations
 from syncd.store.base import PruneRule, StateRule
 from syncd.store.claims import plan_claims
 from syncd.store.codec import (
@@ -34,6 +36,7 @@ from syncd.store.codec import (
     encode_dt,
     load_json,
     status_counts,
+    warnings_text,
 )
 from syncd.store.sqlite import sql
 from syncd.store.sqlite.connection import SQLiteDatabase, SQLiteSession
@@ -140,18 +143,28 @@ class SQLiteConnectors:
             completing = unseen_by is not None and before.crawl_id == unseen_by
             counts = None
             if completing:
-                found = await tx.fetch_one(sql.PRUNE_COUNTS, connector_id, unseen_by)
+                missed_before = prune_confirmations(before) - 1
+                found = await tx.fetch_one(sql.PRUNE_COUNTS, connector_id, unseen_by, missed_before)
                 assert found is not None  # an aggregate always has a row
-                counts = PruneCounts(int(found[0]), int(found[1]))
+                unseen = int(found[1])
+                due = unseen if found[2] is None else int(found[2])
+                counts = PruneCounts(int(found[0]), unseen, due)
             transition = rule(before, counts)
             after = await self._write_transition(tx, before, transition)
-            if completing and before.deletions_held:
-                # The crawl recomputes what is held (documents are held only while the
-                # connector's deletions_held says so: applying them unmarks the rest).
-                await tx.execute(sql.CLEAR_HELD, connector_id)
+            plan = transition.prune
+            if completing:
+                # The crawls that missed each document: counted only when the plan prunes.
+                counting = plan is not None and plan.action is not PruneAction.DELETE_HELD
+                await tx.execute(sql.RESET_MISSED, connector_id, unseen_by, counting)
+                if counting:
+                    await tx.execute(sql.COUNT_MISSED, connector_id, unseen_by)
+                if before.deletions_held:
+                    # The crawl recomputes what is held (documents are held only while the
+                    # connector's deletions_held says so: applying them unmarks the rest).
+                    await tx.execute(sql.CLEAR_HELD, connector_id)
             result = PruneResult()
-            if transition.prune is not None:
-                result = await self._prune(tx, connector_id, transition.prune, after.updated_at)
+            if plan is not None and (completing or plan.action is PruneAction.DELETE_HELD):
+                result = await self._prune(tx, connector_id, plan, after.updated_at)
             if completing:
                 await tx.execute(sql.FORGET_CRAWLS, connector_id)
         return before, after, result
@@ -161,12 +174,12 @@ class SQLiteConnectors:
     ) -> PruneResult:
         at = encode_dt(now)
         if plan.action is PruneAction.HOLD_UNSEEN:
-            held = await tx.execute(sql.HOLD_UNSEEN, connector_id, plan.crawl_id)
-            result = PruneResult(held=held)
+            held = await tx.execute(sql.HOLD_CONFIRMED, connector_id, plan.confirmations)
+            result = PruneResult(held=held, awaiting=plan.awaiting)
         else:
             status = DocStatus.DELETED if plan.delete_at_once else DocStatus.PENDING
             if plan.action is PruneAction.DELETE_UNSEEN:
-                query, args = sql.DELETE_UNSEEN, [plan.crawl_id]
+                query, args = sql.DELETE_CONFIRMED, [plan.confirmations]
             else:
                 query, args = sql.DELETE_HELD, []
             rows = await tx.fetch_all(query, status.value, at, connector_id, *args)
@@ -174,11 +187,16 @@ class SQLiteConnectors:
             if plan.action is PruneAction.DELETE_HELD:
                 # Those seen again since are no longer held.
                 await tx.execute(sql.CLEAR_HELD, connector_id)
+            awaiting = plan.awaiting
             result = (
-                PruneResult(deleted=len(ids)) if plan.delete_at_once else PruneResult(tuple(ids))
+                PruneResult(deleted=len(ids), awaiting=awaiting)
+                if plan.delete_at_once
+                else PruneResult(tuple(ids), awaiting=awaiting)
             )
         if plan.run_id is not None:
-            await tx.execute(sql.RUN_PRUNED, result.deleting, result.held, plan.run_id)
+            await tx.execute(
+                sql.RUN_PRUNED, result.deleting, result.held, result.awaiting, plan.run_id
+            )
         return result
 
     async def _write_transition(
@@ -203,10 +221,7 @@ class SQLiteConnectors:
         if transition.ends:
             await tx.executemany(
                 sql.END_RUN,
-                [
-                    (end.outcome.value, encode_dt(end.finished_at), end.error, end.id)
-                    for end in transition.ends
-                ],
+                [_end_values(end) for end in transition.ends],
             )
         return after
 
@@ -259,7 +274,7 @@ class SQLiteConnectors:
             if plan.ends:
                 await tx.executemany(
                     sql.END_RUN,
-                    [(e.outcome.value, encode_dt(e.finished_at), e.error, e.id) for e in plan.ends],
+                    [_end_values(e) for e in plan.ends],
                 )
         return plan.results
 
@@ -298,3 +313,15 @@ def _counted(row: Any) -> tuple[Connector, dict[DocStatus, int]]:
 def _counts(row: Any) -> dict[DocStatus, int]:
     """Every status's count from a row's ``document_counts`` JSON object (zero if absent)."""
     return status_counts(load_json(row["document_counts"]) or {})
+
+
+def _end_values(end: RunEnd) -> tuple[Any, ...]:
+    """The parameters of ``END_RUN`` for ``end``."""
+    return (
+        end.outcome.value,
+        encode_dt(end.finished_at),
+        end.error,
+        end.end_reason,
+        warnings_text(end.warnings),
+        end.id,
+    )

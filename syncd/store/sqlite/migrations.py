@@ -244,8 +244,32 @@ MIGRATIONS: tuple[Migration, ...] = (
     # which every claim and finish of the workers waited behind. Updates and deletes keep
     # their triggers.
     Migration(12, ("DROP TRIGGER IF EXISTS documents_counted_insert",)),
+    # How a run's crawl ended (the rule that ended it) and the warnings about that end, a
+    # JSON array of texts.
+    Migration(
+        13,
+        (
+            "ALTER TABLE runs ADD COLUMN end_reason TEXT",
+            "ALTER TABLE runs ADD COLUMN warnings TEXT NOT NULL DEFAULT '[]'",
+        ),
+    ),
+    # A document is deleted once enough complete full crawls in a row missed it (DESIGN.md
+    # §12): each document counts the crawls that missed it (a partial index finds the few
+    # that did); the connector keeps its setting (NULL: its pagination's default) and the
+    # documents waiting for confirmation, each run those it left waiting.
+    Migration(
+        14,
+        (
+            "ALTER TABLE connectors ADD COLUMN prune_confirmations INTEGER",
+            "ALTER TABLE connectors ADD COLUMN awaiting_confirmation INTEGER NOT NULL DEFAULT 0",
+            "ALTER TABLE runs ADD COLUMN awaiting_confirmation INTEGER NOT NULL DEFAULT 0",
+            "ALTER TABLE documents ADD COLUMN missed INTEGER NOT NULL DEFAULT 0",
+            "CREATE INDEX documents_missed ON documents (connector_id, external_id) "
+            "WHERE missed > 0",
+        ),
+    ),
     # The records a run's source read and left out (a backfill's past the end of its window).
-    Migration(13, ("ALTER TABLE runs ADD COLUMN documents_filtered INTEGER NOT NULL DEFAULT 0",)),
+    Migration(15, ("ALTER TABLE runs ADD COLUMN documents_filtered INTEGER NOT NULL DEFAULT 0",)),
 )
 
 

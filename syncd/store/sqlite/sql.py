@@ -101,7 +101,8 @@ INSERT_RUN = (
     "VALUES (?, ?, ?, 'running', ?, ?, ?)"
 )
 END_RUN = (
-    "UPDATE runs SET outcome = ?, finished_at = ?, error = ? WHERE id = ? AND outcome = 'running'"
+    "UPDATE runs SET outcome = ?, finished_at = ?, error = ?, end_reason = ?, warnings = ? "
+    "WHERE id = ? AND outcome = 'running'"
 )
 GET_RUN = f"{_RUN_SELECT} WHERE id = ?"
 LIST_RUNS = f"{_RUN_SELECT} WHERE connector_id = ? ORDER BY id DESC LIMIT ?"
@@ -122,7 +123,8 @@ EXISTING_DOCUMENTS = (
     "WHERE connector_id = ? AND external_id IN (SELECT value FROM json_each(?))"
 )
 # The documents syncd.rules.plan_page picks (new, changed, failed by an abort, deleted or
-# being deleted) alike become pending index operations with a clean slate (no longer held);
+# being deleted) alike become pending index operations with a clean slate (no longer held,
+# no longer missed by any crawl);
 # a running one loses its lease, so the worker indexing the old content cannot record a
 # result for it.
 # A new document of a page commit: a plain insert, never an upsert (with the update trigger
@@ -138,7 +140,8 @@ UPSERT_DOCUMENT = (
     "status = excluded.status, "
     "content_hash = excluded.content_hash, payload = excluded.payload, error = NULL, "
     "attempts = 0, lease_token = NULL, lease_until = NULL, updated_at = excluded.updated_at, "
-    "indexed_at = COALESCE(excluded.indexed_at, documents.indexed_at), op = 'index', held = 0"
+    "indexed_at = COALESCE(excluded.indexed_at, documents.indexed_at), op = 'index', held = 0, "
+    "missed = 0"
 )
 # The documents a page commit inserted, counted (migration 12): (connector, status, n).
 COUNT_INSERTED = (
@@ -170,36 +173,57 @@ def _seen(connector: str, crawl: str | None) -> str:
 # id, then the selection's own.
 _MARK_DELETE = (
     "UPDATE documents SET op = 'delete', status = ?1, error = NULL, attempts = 0, held = 0, "
-    "lease_token = NULL, lease_until = NULL, updated_at = ?2, "
+    "missed = 0, lease_token = NULL, lease_until = NULL, updated_at = ?2, "
     "payload = CASE WHEN ?1 = 'deleted' THEN 'null' ELSE payload END "
     f"WHERE connector_id = ?3 AND {_PRUNABLE} AND "
 )
 DELETE_IDS = f"{_MARK_DELETE}external_id IN (SELECT value FROM json_each(?4)) RETURNING external_id"
-DELETE_UNSEEN = f"{_MARK_DELETE}external_id NOT IN ({_seen('?3', '?4')}) RETURNING external_id"
+# What a complete crawl confirms gone (DESIGN.md §12): the prunable documents that as many
+# complete crawls in a row as the connector asks (at least 1) have missed, this one
+# included (COUNT_MISSED ran first). "missed > 0" lets the partial index find them.
+DELETE_CONFIRMED = f"{_MARK_DELETE}missed > 0 AND missed >= ?4 RETURNING external_id"
 # Held, and not seen again by a crawl begun since (its pages are the only ones kept).
 DELETE_HELD = (
     f"{_MARK_DELETE}held AND external_id NOT IN ({_seen('?3', None)}) RETURNING external_id"
 )
-HOLD_UNSEEN = (
+HOLD_CONFIRMED = (
     f"UPDATE documents SET held = 1 WHERE connector_id = ?1 AND {_PRUNABLE} "
-    f"AND external_id NOT IN ({_seen('?1', '?2')})"
+    "AND missed > 0 AND missed >= ?2"
 )
 CLEAR_HELD = "UPDATE documents SET held = 0 WHERE connector_id = ? AND held"
+# At a complete crawl's end, the count of the crawls in a row that missed each document:
+# back to 0 for those it saw (and for every document when ?3 is false: nothing is counted,
+# e.g. prune is off), through the partial index of the few counted; one more for the
+# prunable documents it did not see (read like a prune reads them).
+RESET_MISSED = (
+    f"UPDATE documents SET missed = 0 WHERE connector_id = ?1 AND missed > 0 "
+    f"AND (NOT ?3 OR NOT ({_PRUNABLE}) OR external_id IN ({_seen('?1', '?2')}))"
+)
+COUNT_MISSED = (
+    f"UPDATE documents SET missed = missed + 1 WHERE connector_id = ?1 AND {_PRUNABLE} "
+    f"AND external_id NOT IN ({_seen('?1', '?2')})"
+)
 FORGET_CRAWLS = "DELETE FROM crawl_pages WHERE connector_id = ?"
-# The guard's figures: live documents, and those of them the crawl did not see (less those
-# being deleted already). The first two counts read only the documents_status index (the
-# statuses are listed: "<> 'deleted'" would not use it); the third reads the few pending or
-# running documents.
+# The guard's figures: live documents, those of them the crawl did not see (less those
+# being deleted already), and of those the ones it confirms gone: missed at least ?3 times
+# before (the connector's prune_confirmations less one; null when that is 0: all of them).
+# The first two counts read only the documents_status index (the statuses are listed:
+# "<> 'deleted'" would not use it); the third reads the few pending or running documents,
+# the last the few counted in the partial index of missed documents.
 _LIVE = "status IN ('pending', 'running', 'indexed', 'failed') AND connector_id = ?1"
 PRUNE_COUNTS = (
     f"SELECT (SELECT count(*) FROM documents WHERE {_LIVE}), "
     f"(SELECT count(*) FROM documents WHERE {_LIVE} "
     f"AND external_id NOT IN ({_seen('?1', '?2')})) - "
     "(SELECT count(*) FROM documents WHERE status IN ('pending', 'running') "
-    f"AND connector_id = ?1 AND op = 'delete' AND external_id NOT IN ({_seen('?1', '?2')}))"
+    f"AND connector_id = ?1 AND op = 'delete' AND external_id NOT IN ({_seen('?1', '?2')})), "
+    "CASE WHEN ?3 > 0 THEN (SELECT count(*) FROM documents WHERE connector_id = ?1 "
+    f"AND missed > 0 AND missed >= ?3 AND {_PRUNABLE} "
+    f"AND external_id NOT IN ({_seen('?1', '?2')})) END"
 )
 RUN_PRUNED = (
-    "UPDATE runs SET deleted = deleted + ?, deletions_held = deletions_held + ? WHERE id = ?"
+    "UPDATE runs SET deleted = deleted + ?, deletions_held = deletions_held + ?, "
+    "awaiting_confirmation = ? WHERE id = ?"
 )
 PURGE_DELETED = "DELETE FROM documents WHERE status = 'deleted' AND updated_at < ?"
 # The sample of rejections is read and rewritten only when a page rejected records; a null
