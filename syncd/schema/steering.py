@@ -80,21 +80,12 @@ class SyncRequest(BaseModel):
         extra="forbid",
         title="SyncRequest",
         # The checks across fields, as the schema states them: `since` (required) and
-        # `until` go with `backfill` only.
+        # `until` go with `backfill` only. (if/then/else rather than a union of objects: a
+        # client generator makes one model of it.)
         json_schema_extra={
-            "anyOf": [
-                {
-                    "required": ["mode", "since"],
-                    "properties": {"mode": {"const": "backfill"}, "since": MARK_SCHEMA},
-                },
-                {
-                    "properties": {
-                        "mode": {"enum": ["incremental", "full", None]},
-                        "since": {"type": "null"},
-                        "until": {"type": "null"},
-                    }
-                },
-            ]
+            "if": {"required": ["mode"], "properties": {"mode": {"const": "backfill"}}},
+            "then": {"required": ["since"], "properties": {"since": MARK_SCHEMA}},
+            "else": {"properties": {"since": {"type": "null"}, "until": {"type": "null"}}},
         },
     )
 

@@ -19,7 +19,7 @@ from syncd.api.routes import ROUTES
 from syncd.plugins import Registry
 from syncd.schema import connector_file_schema, model_json_schemas
 
-OPENAPI_SHA256 = "d3a2685880d02e93805f78718a108715e6c742332f74d6d0f50f9b9b191c5379"
+OPENAPI_SHA256 = "a6d06e04057bd387f3b23a1b65093012f24ed869afb5af6f360b724af312b6ef"
 CONNECTOR_FILE_SCHEMA_SHA256 = "b4b86231ec1b7e20b4e452b73f0ffa67bc7d1e5674525bba057607c0926765d6"
 
 _ZONES = "<the time zones this machine knows>"
