@@ -64,8 +64,8 @@ def check_steer(connector: Connector, steer: rules.Steer, registry: Registry) ->
 
 
 def check_mark(connector: Connector, mark: Any, registry: Registry, *, field: str) -> None:
-    """``ValidationError`` (at ``field``) when the connector has no mark to set, or its
-    format cannot read ``mark``."""
+    """``ValidationError`` (at ``field``) when the connector has no mark (no
+    ``incremental``), or its format cannot read ``mark`` (``None``: only the former)."""
     if not rules.is_incremental(connector.source):
         raise ValidationError({field: MSG_NO_INCREMENTAL})
     if mark is None:
