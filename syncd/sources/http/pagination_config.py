@@ -14,6 +14,7 @@ from syncd.paths import path_problem
 from syncd.schema.base import KindConfig, TypeTagged
 from syncd.schema.fields import (
     HEADER_NAME_PATTERN,
+    LIMIT_MAX,
     PATH_PATTERN,
     FieldPath,
     HeaderName,
@@ -22,6 +23,7 @@ from syncd.schema.fields import (
     Start,
     StatusCode,
     absent,
+    int_between,
     status_list,
     validated_with,
 )
@@ -214,10 +216,32 @@ _OFFSET_PARAMS = ("offset_param", "limit_param")
 _PAGE_PARAMS = ("page_param", "size_param")
 
 
+Overlap = Annotated[
+    int,
+    Field(strict=True, ge=0, le=LIMIT_MAX - 1),
+    BeforeValidator(int_between(0, LIMIT_MAX - 1)),
+]
+
+
+def _overlap_problems(value: Any) -> list[tuple[tuple[str | int, ...], str]]:
+    """An `overlap` that leaves no new record to a request (the field's own check reports
+    a value that is no count)."""
+    if not isinstance(value, Mapping):
+        return []
+    overlap, limit = value.get("overlap"), value.get("limit", 100)
+    counts = all(isinstance(v, int) and not isinstance(v, bool) for v in (overlap, limit))
+    if counts and 0 <= limit <= overlap:
+        return [(("overlap",), f"Must be less than limit ({limit})")]
+    return []
+
+
 class OffsetPagination(_Ends):
     """``offset``/``limit`` parameters; the offset advances by the records received. With
     `total` (or `total_header`), `more` or `done` configured, those end the crawl; otherwise
-    a short or empty page does."""
+    a short or empty page does. Each request after the first starts `overlap` records early
+    and checks they are the ones read last, so that a list that moved back under the crawl
+    (a record removed, or moved to the end) is read again rather than skipped
+    (docs/syncs.md, "When the source changes during a crawl")."""
 
     model_config = ConfigDict(json_schema_extra=_header_params(*_OFFSET_PARAMS))
 
@@ -234,16 +258,27 @@ class OffsetPagination(_Ends):
     total_header: HeaderName = absent(
         description="Header that holds the total number of records.", examples=["X-Total-Count"]
     )
+    overlap: Overlap = absent(
+        description="Records each request after the first starts early: they must hold one "
+        "of the ids read last (`id_field`), else the list moved back and is read again from "
+        "further back. Less than `limit`; 0 turns the check off. Default: 3, at most a third "
+        "of `limit`.",
+        examples=[3, 0],
+    )
 
     @model_validator(mode="wrap")
     @classmethod
     def _names(cls, value: Any, handler: ModelWrapValidatorHandler[OffsetPagination]) -> Any:
-        return validated_with(value, handler, _header_problems(value, _OFFSET_PARAMS))
+        problems = [*_header_problems(value, _OFFSET_PARAMS), *_overlap_problems(value)]
+        return validated_with(value, handler, problems)
 
 
 class PagePagination(_Ends):
     """A page-number parameter. An empty page ends; so do a short page (with `size`), the
-    last page of `total_pages`, `more` and `done`."""
+    last page of `total_pages`, the records' `total`, `more` and `done`. With the records'
+    total (`total` or `total_header`), a list that lost records under the crawl is read
+    again from the page they moved back to rather than skipped
+    (docs/syncs.md, "When the source changes during a crawl")."""
 
     model_config = ConfigDict(json_schema_extra=_header_params(*_PAGE_PARAMS))
 
@@ -264,6 +299,17 @@ class PagePagination(_Ends):
     )
     total_pages_header: HeaderName = absent(
         description="Header that holds the number of pages.", examples=["X-WP-TotalPages"]
+    )
+    total: FieldPath = absent(
+        description="Path of the total number of records in the response body: the crawl "
+        "ends when its pages reach it, and reads pages again when it falls (records removed "
+        "moved the later ones back over the pages read).",
+        examples=["meta.total"],
+    )
+    total_header: HeaderName = absent(
+        description="Header that holds the total number of records (WordPress: "
+        "`X-WP-Total`), used as `total` is.",
+        examples=["X-WP-Total"],
     )
 
     @model_validator(mode="wrap")
