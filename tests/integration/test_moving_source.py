@@ -28,7 +28,6 @@ import pytest
 
 from syncd.daemon import Daemon
 from syncd.models import DocStatus, Run, RunOutcome
-from tests.integration.conftest import DaemonFactory
 from tests.integration.movingsource import MovingSource
 
 RUN_TIMEOUT = 15.0

@@ -33,6 +33,7 @@ from syncd.sources.http.shifts import (
     continues,
     default_overlap,
     ids_of,
+    leading_known,
     page_covered,
 )
 
@@ -89,10 +90,13 @@ class Watched:
 
 @dataclass(frozen=True)
 class Next:
-    """The cursor of the page after this one (``None``: this was the last) and why."""
+    """The cursor of the page after this one (``None``: this was the last) and why; ``skip``:
+    how many records at the page's start the crawl read with the page before (an offset
+    crawl's overlap), which the page need not hand on again."""
 
     cursor: str | None
     reason: str
+    skip: int = 0
 
 
 class Pagination(Protocol):
@@ -363,9 +367,10 @@ class OffsetPagination(_Ends):
                 f"list moved back; reading again from offset {back.offset}",
             )
         found = self._ends(at.offset, response, body, records)
+        skip = leading_known(at, ids)
         if found.cursor is None:
-            return found
-        return Next(at.after(int(found.cursor), ids, self.overlap).text(), found.reason)
+            return Next(None, found.reason, skip)
+        return Next(at.after(int(found.cursor), ids, self.overlap).text(), found.reason, skip)
 
     def at_end_status(self, cursor: str, status: int) -> Next:
         """See :class:`Pagination`. Where the records read last were expected, an end

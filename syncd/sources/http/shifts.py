@@ -13,7 +13,9 @@ them were removed or inserted; when none of them is in the page, the list lost m
 ``overlap`` records before the boundary, and the crawl steps back (twice as far each time,
 down to offset 0, where nothing can be missed) and reads again. The limit stays the one
 configured: each request brings ``limit - overlap`` new records, and no request is added
-when nothing moved. Records read twice are duplicates the page commit already handles.
+when nothing moved. The records a page starts with that the page before ended with are not
+handed on again (:func:`leading_known`); other records read twice (after a step back) are
+duplicates the page commit already handles.
 
 ``page``: page numbers cannot start early, so the records' total does the work. The
 position before which every record was read falls by what the total fell; when the next page
@@ -42,6 +44,7 @@ __all__ = [
     "continues",
     "default_overlap",
     "ids_of",
+    "leading_known",
     "page_covered",
 ]
 
@@ -186,6 +189,20 @@ def continues(at: OffsetCursor, ids: Sequence[str | None]) -> bool:
         return True
     known = set(at.known)
     return any(i in known for i in ids)
+
+
+def leading_known(at: OffsetCursor, ids: Sequence[str | None]) -> int:
+    """How many records at the start of a page that continues the crawl are ones it read
+    last (the overlap, where nothing moved or the list moved back): read with the page
+    before, they need not be handed on again. A known id further on (after an insertion,
+    or moved to the end by an edit) is handed on."""
+    known = set(at.known)
+    count = 0
+    for found in ids:
+        if found is None or found not in known:
+            break
+        count += 1
+    return count
 
 
 # --- page --------------------------------------------------------------------------------

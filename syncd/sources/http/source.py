@@ -219,13 +219,14 @@ class HttpSource:
         found = self._pagination.next(cursor, response, body, records)
         self._pages += 1
         if self._max_pages is not None and self._pages >= self._max_pages:
-            found = Next(None, f"max_pages ({self._max_pages}) reached")
+            found = Next(None, f"max_pages ({self._max_pages}) reached", found.skip)
         self.last_page = PageReport(
             found.reason, self._absent_paths(response, body, records) if self._pages == 1 else ()
         )
         if self._inc_field is not None:
             self._observe(records, self._inc_field)
-        return Page(records, found.cursor)
+        # Records the crawl read with the page before (an offset crawl's overlap).
+        return Page(records[found.skip :] if found.skip else records, found.cursor)
 
     async def _send_authenticated(self, request: PageRequest, auth: SourceAuth) -> Response:
         """Send with ``auth``'s credentials; after a 401, once more with renewed ones (an
