@@ -19,8 +19,8 @@ from syncd.api.routes import ROUTES
 from syncd.plugins import Registry
 from syncd.schema import connector_file_schema, model_json_schemas
 
-OPENAPI_SHA256 = "6c87d8f13deb9cbf20e3257b329977f095d357e7679f9d31d03093329b677627"
-CONNECTOR_FILE_SCHEMA_SHA256 = "318a25317a385a4e8e949d27e3c312398bb1d0e7fc5670e084998fdcd7d74eb0"
+OPENAPI_SHA256 = "00453eb675aba478a40c3cd065587d4a1c36eaee9f68188691d996a2a384513a"
+CONNECTOR_FILE_SCHEMA_SHA256 = "ded3f6d70fbcffe6d6397977ee76731b8ba681c07fcbcbd80b417daa1a348b07"
 
 _ZONES = "<the time zones this machine knows>"
 

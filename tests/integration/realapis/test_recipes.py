@@ -425,10 +425,18 @@ async def test_wordpress_posts_end_on_the_total_pages_header_or_the_400_past_the
             f"page {n} of 3 (header X-WP-TotalPages)" for n in (1, 2, 3)
         ]
 
-        # 200 posts, and no X-WP-TotalPages configured: WordPress's 400 for page 3 ends it.
+        # 200 posts, and no X-WP-TotalPages configured: X-WP-Total ends it after page 2.
         api.set_records(200)
-        bare = changed(body, pagination={**body["source"]["pagination"]})
-        del bare["source"]["pagination"]["total_pages_header"]
+        totalled = changed(body, pagination={**body["source"]["pagination"]})
+        del totalled["source"]["pagination"]["total_pages_header"]
+        preview = await daemon.preview({"connector": totalled, "pages": 5})
+        assert [(p.records, p.reason) for p in preview.pages] == [
+            (100, "page not empty"),
+            (100, "200 of 200 records (header X-WP-Total)"),
+        ]
+        # Neither: WordPress's 400 for page 3 ends it.
+        bare = changed(totalled, pagination={**totalled["source"]["pagination"]})
+        del bare["source"]["pagination"]["total_header"]
         preview = await daemon.preview({"connector": bare, "pages": 5})
         assert preview.error is None
         assert [(p.records, p.reason) for p in preview.pages] == [
