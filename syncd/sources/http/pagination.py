@@ -457,35 +457,30 @@ class PagePagination(_Ends):
         if not size:  # an empty first page, nothing to check
             return self._ends(at.page, response, body, records)
         covered = page_covered(at, self.start, total, size, len(records))
+        following = at.following(self.start, covered, total, size)
         if covered.gap:
-            again = PageCursor(
-                self.start + covered.read // size, covered.read, total, size, at.shifts + 1
-            )
             return Next(
-                again.text(),
+                following.text(),
                 f"{where} fell from {at.total} to {total}: records moved back over the pages "
-                f"read; reading again from page {again.page}",
+                f"read; reading again from page {following.page}",
             )
         found = self._ends(at.page, response, body, records)
         if found.cursor is None:
             return found
         if covered.read >= total:
             return Next(None, f"{covered.read} of {total} records ({where})")
-        page = max(at.page + 1, self.start + covered.read // size)
-        following = PageCursor(page, covered.read, total, size, at.shifts, at.ended)
         return Next(following.text(), found.reason)
 
     def at_end_status(self, cursor: str, status: int) -> Next:
         """See :class:`Pagination`. Asked for while the total said more records follow, an
         end status means the list lost records: read the last page again, once a crawl."""
-        at = PageCursor.read_cursor(cursor, self.start)
-        if at.ended or not at.read or not at.size:
+        again = PageCursor.read_cursor(cursor, self.start).last_page_again(self.start)
+        if again is None:
             return super().at_end_status(cursor, status)
-        page = self.start + (at.read - 1) // at.size
-        again = PageCursor(page, at.read, at.total, at.size, at.shifts + 1, True)
         return Next(
             again.text(),
-            f"status {status} while the total said more records follow: reading page {page} again",
+            f"status {status} while the total said more records follow: reading page "
+            f"{again.page} again",
         )
 
     def _ends(self, page: int, response: Response, body: Any, records: list[Any]) -> Next:

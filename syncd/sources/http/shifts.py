@@ -256,6 +256,25 @@ class PageCursor:
             state["ended"] = True
         return _text(state)
 
+    def following(self, start: int, covered: Covered, total: int, size: int) -> PageCursor:
+        """The cursor after this page read ``covered`` (:func:`page_covered`), with the
+        records' ``total`` and ``size`` a page: after a gap, the page holding the read
+        position again; else the next page (or the one holding the read position, when a
+        page read again caught up)."""
+        if covered.gap:
+            page = start + covered.read // size
+            return PageCursor(page, covered.read, total, size, self.shifts + 1, self.ended)
+        page = max(self.page + 1, start + covered.read // size)
+        return PageCursor(page, covered.read, total, size, self.shifts, self.ended)
+
+    def last_page_again(self, start: int) -> PageCursor | None:
+        """After an end status where the total said more records follow: the last page read,
+        again, to see the total now (``None``: once a crawl, or nothing read to go back to)."""
+        if self.ended or not self.read or not self.size:
+            return None
+        page = start + (self.read - 1) // self.size
+        return PageCursor(page, self.read, self.total, self.size, self.shifts + 1, True)
+
 
 _PAGE_KEYS = frozenset({"page", "read", "total", "size", "shifts", "ended"})
 
