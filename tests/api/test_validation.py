@@ -501,10 +501,6 @@ RANGES: list[tuple[dict[str, Any], dict[tuple[Any, ...], str]]] = [
         {("body", "source", "pagination", "limit"): "Must be an integer between 1 and 1000000"},
     ),
     (
-        {"source": {**HTTP, "pagination": {"type": "offset", "limit": 10, "overlap": 10}}},
-        {("body", "source", "pagination", "overlap"): "Must be less than limit (10)"},
-    ),
-    (
         {"source": {**HTTP, "pagination": {"type": "offset", "overlap": -1}}},
         {("body", "source", "pagination", "overlap"): "Must be an integer between 0 and 999999"},
     ),

@@ -19,8 +19,8 @@ from syncd.api.routes import ROUTES
 from syncd.plugins import Registry
 from syncd.schema import connector_file_schema, model_json_schemas
 
-OPENAPI_SHA256 = "00453eb675aba478a40c3cd065587d4a1c36eaee9f68188691d996a2a384513a"
-CONNECTOR_FILE_SCHEMA_SHA256 = "ded3f6d70fbcffe6d6397977ee76731b8ba681c07fcbcbd80b417daa1a348b07"
+OPENAPI_SHA256 = "743f855ef1d52d2908eb52fd08f5e8ed6c371a4a4a0c9cc4d9a92c2f525bb7ea"
+CONNECTOR_FILE_SCHEMA_SHA256 = "fee793576ef4a27103bf7678a6dada02ad52f286589b85161632c1e50c88515b"
 
 _ZONES = "<the time zones this machine knows>"
 

@@ -223,18 +223,6 @@ Overlap = Annotated[
 ]
 
 
-def _overlap_problems(value: Any) -> list[tuple[tuple[str | int, ...], str]]:
-    """An `overlap` that leaves no new record to a request (the field's own check reports
-    a value that is no count)."""
-    if not isinstance(value, Mapping):
-        return []
-    overlap, limit = value.get("overlap"), value.get("limit", 100)
-    counts = all(isinstance(v, int) and not isinstance(v, bool) for v in (overlap, limit))
-    if counts and 0 <= limit <= overlap:
-        return [(("overlap",), f"Must be less than limit ({limit})")]
-    return []
-
-
 class OffsetPagination(_Ends):
     """``offset``/``limit`` parameters; the offset advances by the records received. With
     `total` (or `total_header`), `more` or `done` configured, those end the crawl; otherwise
@@ -261,16 +249,15 @@ class OffsetPagination(_Ends):
     overlap: Overlap = absent(
         description="Records each request after the first starts early: they must hold one "
         "of the ids read last (`id_field`), else the list moved back and is read again from "
-        "further back. Less than `limit`; 0 turns the check off. Default: 3, at most a third "
-        "of `limit`.",
+        "further back. 0 turns the check off; at most `limit - 1` is used (each request brings "
+        "a new record). Default: 3, at most a third of `limit`.",
         examples=[3, 0],
     )
 
     @model_validator(mode="wrap")
     @classmethod
     def _names(cls, value: Any, handler: ModelWrapValidatorHandler[OffsetPagination]) -> Any:
-        problems = [*_header_problems(value, _OFFSET_PARAMS), *_overlap_problems(value)]
-        return validated_with(value, handler, problems)
+        return validated_with(value, handler, _header_problems(value, _OFFSET_PARAMS))
 
 
 class PagePagination(_Ends):
