@@ -20,7 +20,8 @@ the guard in ``deletions.plan_prune``), applying held deletions (:func:`apply_he
 records of an incremental source are tombstones (:func:`split_tombstones`).
 
 One module per topic: ``runs`` (trigger, queue, end a run), ``admission`` (a tick's
-decision), ``crawls`` (marks, full or not), ``deletions``, ``lifecycle`` (PATCH, delete),
+decision), ``crawls`` (marks, full or not), ``marks`` (a mark read as a time, the
+mark a completed crawl stores), ``deletions``, ``lifecycle`` (PATCH, delete),
 ``documents`` (what a page writes), ``records`` (what a record becomes: external id, content
 hash, payload), ``state`` (what they share), ``cron`` (when a schedule fires next). This
 namespace is the way in: callers write ``rules.trigger(...)``. What only the rules use among
@@ -36,6 +37,7 @@ from syncd.rules.crawls import (
     full_crawl_due,
     page_state,
     reset_reason,
+    settled_state,
     start_state,
 )
 from syncd.rules.deletions import (
@@ -95,6 +97,7 @@ __all__ = [
     "prune_confirmations",
     "reset_reason",
     "scheduled",
+    "settled_state",
     "split_tombstones",
     "start_state",
     "succeed",

@@ -19,8 +19,8 @@ from syncd.api.routes import ROUTES
 from syncd.plugins import Registry
 from syncd.schema import connector_file_schema, model_json_schemas
 
-OPENAPI_SHA256 = "28ddb6928532caba9c428e713cc87315f52eca341f8e4516a3822209da791ead"
-CONNECTOR_FILE_SCHEMA_SHA256 = "446640d0257f342f21ba31a89ab0fda4ff249fa7d1f61a2e7b312e6ec5a270d1"
+OPENAPI_SHA256 = "e8a2444e737a2d690799b9d594da5c33e38228573a3103b5cd00d0663908c134"
+CONNECTOR_FILE_SCHEMA_SHA256 = "5dd061742ecb74fd3f466f8f2d8f271bdd6d00c2236e6d2a0207fcd770e4f0cf"
 
 _ZONES = "<the time zones this machine knows>"
 
