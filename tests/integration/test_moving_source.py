@@ -135,7 +135,9 @@ async def documents(daemon: Daemon, connector_id: str) -> dict[str, Any]:
 async def start(daemon: Daemon, server: MovingSource, style: str, **extra: Any) -> str:
     """A connector over ``style`` whose first crawl read everything."""
     body = {"name": f"moving-{style}", "source": source_for(server, style, **extra)}
-    c = await daemon.create_connector({**body, "page_retries": 0})
+    # One crawl's word deletes (prune_confirmations 1): what these tests show is that the crawl
+    # itself misses nothing, whatever the confirmations a shifting style defaults to.
+    c = await daemon.create_connector({**body, "page_retries": 0, "prune_confirmations": 1})
     await sync(daemon, c.id)
     assert await documents(daemon, c.id) == server.expected()
     return c.id

@@ -449,6 +449,11 @@ async def test_wordpress_posts_end_on_the_total_pages_header_or_the_400_past_the
         again = await sync(daemon, c.id)
         assert (again.outcome, again.error) == (SUCCEEDED, None)
         assert [r.query["page"] for r in api.requests] == ["1", "2", "3"]
+        # A page-numbered list can shift under a deletion: the 37 posts gone wait for a
+        # second complete crawl's word (prune_confirmations defaults to 2 for `page`).
+        assert again.awaiting_confirmation == 37
+        confirmed = await sync(daemon, c.id)
+        assert (confirmed.outcome, confirmed.awaiting_confirmation) == (SUCCEEDED, 0)
         assert await doc_ids(daemon, c.id) == sorted(str(p["id"]) for p in api.records)
 
 
