@@ -20,7 +20,8 @@ the guard in ``deletions.plan_prune``), applying held deletions (:func:`apply_he
 records of an incremental source are tombstones (:func:`split_tombstones`).
 
 One module per topic: ``runs`` (trigger, queue, end a run), ``admission`` (a tick's
-decision), ``crawls`` (marks, full or not), ``deletions``, ``lifecycle`` (PATCH, delete),
+decision), ``crawls`` (marks, full or not), ``marks`` (a mark read as a time, the
+mark a completed crawl stores), ``deletions``, ``lifecycle`` (PATCH, delete),
 ``documents`` (what a page writes), ``records`` (what a record becomes: external id, content
 hash, payload), ``steering`` (the mode a trigger asks for, the crawl a run makes, the crawl
 state ``/connectors/{id}/state`` shows and changes), ``state`` (what they share), ``cron``
@@ -39,6 +40,7 @@ from syncd.rules.crawls import (
     is_incremental,
     page_state,
     reset_reason,
+    settled_state,
     start_state,
 )
 from syncd.rules.deletions import (
@@ -125,6 +127,7 @@ __all__ = [
     "reset_reason",
     "scheduled",
     "set_mark",
+    "settled_state",
     "split_tombstones",
     "start_state",
     "succeed",

@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from syncd.models import Connector, Crawl, CrawlMode
+from syncd.rules.marks import MARK, STARTED, capped_mark
 
 # --- crawl state: the source's marks (e.g. an incremental high-water mark) -------------
 #
@@ -69,9 +70,26 @@ def reset_reason(c: Connector) -> str | None:
 
 
 def promote_crawl(c: Connector) -> dict[str, Any]:
-    """``source_state`` once the crawl in progress completed: its mark becomes the completed one."""
+    """``source_state`` once the crawl in progress completed: its mark becomes the completed
+    one, no later than the crawl's start (:func:`settled_state`)."""
     _, in_progress = crawl_states(c)
-    return {STATE_COMPLETED: in_progress}
+    return {STATE_COMPLETED: settled_state(in_progress, c.source)}
+
+
+def settled_state(state: Mapping[str, Any], source: Mapping[str, Any]) -> dict[str, Any]:
+    """The state a completed crawl of ``source`` leaves, from its last checkpoint ``state``:
+    an incremental mark whose values are times is the earlier of the largest value seen and
+    the crawl's start, written as the field's values are (DESIGN.md §12;
+    :func:`~syncd.rules.marks.capped_mark`). A record edited while the crawl ran, on a page it
+    had read, is then asked for again by the next crawl. Other marks, states without a start
+    (a crawl begun before starts were kept) and plugin states are kept as they are."""
+    settled = dict(state)
+    inc = source.get("incremental")
+    if not isinstance(inc, Mapping) or settled.get(MARK) is None or STARTED not in settled:
+        return settled
+    fmt = inc.get("format", "as_stored")
+    settled[MARK] = capped_mark(settled[MARK], settled[STARTED], str(fmt))
+    return settled
 
 
 def is_incremental(source: Mapping[str, Any]) -> bool:

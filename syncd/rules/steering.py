@@ -48,6 +48,7 @@ from syncd.rules.crawls import (
     is_incremental,
     promote_crawl,
 )
+from syncd.rules.marks import MARK
 from syncd.rules.state import MSG_DELETING, MSG_RUNNING
 
 __all__ = [
@@ -75,7 +76,7 @@ STATE_STARTED = "crawl_started_at"
 STATE_MARK_SET = "mark_set"
 STATE_LAST_FULL = "last_full_crawl_at"
 
-MARK_KEY = "high_water"
+MARK_KEY = MARK
 """The key of a source state that holds its mark (the ``http`` source's: the largest value of
 the incremental field seen, sent by the next fresh crawl)."""
 

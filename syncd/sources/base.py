@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel
 
 from syncd.config.secrets import SecretsOf, connector_secrets
-from syncd.models import CrawlEnd, CrawlWindow, Page, WaitReason
+from syncd.models import CrawlEnd, CrawlWindow, Page, WaitReason, utcnow
 
 if TYPE_CHECKING:
     from syncd.http.transport import Transport
@@ -85,6 +86,9 @@ class SourceContext:
     # preview of a connector not created yet). Values are secrets: never shown.
     secret_state: Mapping[str, Any] = field(default_factory=dict)
     save_secret_state: SaveSecretState | None = None
+    # The clock (aware UTC) a source reads the time of its crawl's start from: an
+    # incremental mark never passes it (DESIGN.md §12). A test's own makes it exact.
+    now: Callable[[], datetime] = utcnow
 
 
 SourceFactory = Callable[[Mapping[str, Any], SourceContext], Source | BlockingSource]

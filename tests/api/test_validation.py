@@ -521,6 +521,10 @@ RANGES: list[tuple[dict[str, Any], dict[tuple[Any, ...], str]]] = [
         {("body", "source", "pagination", "limit"): "Must be an integer between 1 and 1000000"},
     ),
     (
+        {"source": {**HTTP, "pagination": {"type": "offset", "overlap": -1}}},
+        {("body", "source", "pagination", "overlap"): "Must be an integer between 0 and 999999"},
+    ),
+    (
         {"source": {**HTTP, "pagination": {"type": "page", "start": 10**30}}},
         {
             ("body", "source", "pagination", "start"): (

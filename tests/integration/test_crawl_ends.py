@@ -101,14 +101,15 @@ ENDS: list[tuple[str, str | None, dict[str, Any], int | None, int, str]] = [
         {"type": "offset", "limit": 20},
         None,
         3,
-        "short page (10 of 20), no total configured",
+        # Each request after the first starts 3 records early (the overlap): 0, 17, 34.
+        "short page (16 of 20), no total configured",
     ),
     (
         "offset",
         "items",
         {"type": "offset", "limit": 10, "total": "total"},
         None,
-        5,
+        7,  # offsets 0, 7, 14, … 42: the overlap of 3
         "50 of 50 records (total 'total')",
     ),
     (

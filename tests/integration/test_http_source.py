@@ -6,6 +6,7 @@ import asyncio
 import copy
 import time
 from collections.abc import AsyncIterator, Mapping
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +48,11 @@ async def server() -> AsyncIterator[SourceServer]:
         yield s
 
 
+#: The clock of the sources made here: a crawl's start is exact.
+NOW = datetime(2024, 6, 1, 12, 0, 0, 250000, tzinfo=UTC)
+STARTED = "2024-06-01T12:00:00.250000Z"
+
+
 def make_source(
     config: Mapping[str, Any],
     transport: Transport,
@@ -54,7 +60,9 @@ def make_source(
     state: Mapping[str, Any] | None = None,
     resuming: bool = False,
 ) -> HttpSource:
-    context = SourceContext("c1", transport, state=dict(state or {}), resuming=resuming)
+    context = SourceContext(
+        "c1", transport, state=dict(state or {}), resuming=resuming, now=lambda: NOW
+    )
     return HttpSource(config, context)
 
 
@@ -141,6 +149,7 @@ async def test_offset_pagination_ends_on_a_short_or_empty_page(
             "offset_param": "offset",
             "limit_param": "limit",
             "limit": 10,
+            "overlap": 0,  # the requests of the plain rule, none of them early
         },
     }
     pages = await crawl(make_source(config, transport))
@@ -150,6 +159,29 @@ async def test_offset_pagination_ends_on_a_short_or_empty_page(
         *[str(10 * (i + 1)) for i in range(len(sizes) - 1)],
         None,
     ]
+
+
+@pytest.mark.parametrize(
+    ("count", "offsets", "sizes"),
+    [(25, [0, 7, 14, 21], [10, 7, 7, 1]), (20, [0, 7, 14], [10, 7, 3]), (0, [0], [0])],
+)
+async def test_offset_pagination_with_its_default_overlap_ends_on_a_short_or_empty_page(
+    transport: Transport, server: SourceServer, count: int, offsets: list[int], sizes: list[int]
+) -> None:
+    # Three records early from the second request on (a third of the limit at most): each
+    # request brings seven new ones, the three read already are not handed on again; the
+    # end is still the first short page (21: four records, 21-24).
+    server.set_records(count)
+    config = {
+        "url": f"{server.url}/offset",
+        "records": "items",
+        "pagination": {"type": "offset", "limit": 10},
+    }
+    pages = await crawl(make_source(config, transport))
+    assert [len(p.records) for p in pages] == sizes
+    assert [r.query["offset"] for r in server.requests] == [str(o) for o in offsets]
+    assert ids(pages) == ALL_IDS[:count]
+    assert pages[-1].next_cursor is None
 
 
 async def test_page_pagination_ends_on_an_empty_page(
@@ -275,7 +307,7 @@ async def test_incremental_high_water_mark(transport: Transport, server: SourceS
     await crawl(first)
     assert "updated_since" not in server.requests[0].query
     last = server.records[-1]["updated_at"]
-    assert first.checkpoint() == {"since": None, "high_water": last}
+    assert first.checkpoint() == {"since": None, "high_water": last, "started": STARTED}
 
     # Next run: sends the high-water mark; sees the boundary record and the new ones.
     server.set_records(make_records(30))
@@ -284,7 +316,11 @@ async def test_incremental_high_water_mark(transport: Transport, server: SourceS
     pages = await crawl(second)
     assert server.requests[0].query["updated_since"] == last
     assert ids(pages) == [f"item-{i:05d}" for i in range(24, 30)]
-    assert second.checkpoint() == {"since": last, "high_water": server.records[-1]["updated_at"]}
+    assert second.checkpoint() == {
+        "since": last,
+        "high_water": server.records[-1]["updated_at"],
+        "started": STARTED,
+    }
     # The parameter is sent with every page, not only the first.
     assert all(r.query["updated_since"] == last for r in server.requests)
 
@@ -299,7 +335,13 @@ async def test_incremental_resume_keeps_the_interrupted_crawls_since(
     assert source.checkpoint() == state
     await source.fetch_page("page-1")
     assert server.requests[0].query == {"cursor": "page-1", "updated_since": since}
+    # A crawl begun before starts were kept has none: its mark stays the largest seen.
     assert source.checkpoint() == {"since": since, "high_water": server.records[22]["updated_at"]}
+    # One that has one keeps it, though its clock reads later now.
+    kept = {**state, "started": "2024-05-31T23:00:00.000000Z"}
+    resumed = make_source(config, transport, state=kept, resuming=True)
+    await resumed.fetch_page("page-1")
+    assert resumed.checkpoint()["started"] == "2024-05-31T23:00:00.000000Z"
 
 
 async def test_incremental_numeric_field(transport: Transport, server: SourceServer) -> None:
@@ -313,7 +355,7 @@ async def test_incremental_numeric_field(transport: Transport, server: SourceSer
     await crawl(source)
     assert server.requests[0].query["v"] == "2"
     # Numeric comparison: 10 > 9 (as text, "9" > "10").
-    assert source.checkpoint() == {"since": 2, "high_water": 10}
+    assert source.checkpoint() == {"since": 2, "high_water": 10, "started": STARTED}
 
 
 # --- timeouts, retries and abort through the whole stack -------------------------------

@@ -19,8 +19,8 @@ from syncd.api.routes import ROUTES
 from syncd.plugins import Registry
 from syncd.schema import connector_file_schema, model_json_schemas
 
-OPENAPI_SHA256 = "a6d06e04057bd387f3b23a1b65093012f24ed869afb5af6f360b724af312b6ef"
-CONNECTOR_FILE_SCHEMA_SHA256 = "b4b86231ec1b7e20b4e452b73f0ffa67bc7d1e5674525bba057607c0926765d6"
+OPENAPI_SHA256 = "f753724157e57f646b5540ea7c7b0efc23132c91790e8ed99c823ce5eba74d89"
+CONNECTOR_FILE_SCHEMA_SHA256 = "b59f207d4ee6dafa066cf5752b118aee9227a0f2d9579b144d582ac60be0883c"
 
 _ZONES = "<the time zones this machine knows>"
 

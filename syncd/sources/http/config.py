@@ -222,9 +222,10 @@ WindowTemplate = Annotated[
 
 
 class Incremental(KindConfig):
-    """Incremental crawls: the largest value of ``field`` seen by the last completed crawl is
-    sent as ``param`` on the next one — moved back by ``lag``, written in ``format``, put in
-    the query or the JSON body, alone or in a ``template``."""
+    """Incremental crawls: the largest value of ``field`` seen by the last completed crawl —
+    no later than that crawl's start when the values are times — is sent as ``param`` on the
+    next one, moved back by ``lag``, written in ``format``, put in the query or the JSON body,
+    alone or in a ``template``."""
 
     field: FieldPath = Field(description="Path in each record.", examples=["updated_at"])
     param: ParamName = Field(
@@ -242,12 +243,15 @@ class Incremental(KindConfig):
     )
     format: MarkFormat = absent(
         description="How the mark is sent: `as_stored` (the default), `iso8601` (UTC, `Z`), "
-        "`unix` (seconds), `unix_ms`, or a strftime pattern (`%Y/%m/%d %H:%M`).",
+        "`unix` (seconds), `unix_ms`, or a strftime pattern (`%Y/%m/%d %H:%M`). Any but "
+        "`as_stored` says the values are times (with `as_stored`, only ISO 8601 text is): the "
+        "mark a crawl stores is then no later than its start.",
         examples=["iso8601", "%Y/%m/%d %H:%M"],
     )
     lag: Lag = absent(
-        description="Seconds subtracted from the mark, so that records written while the "
-        "previous crawl ran are seen again (0 by default).",
+        description="Seconds subtracted from the mark when it is sent (0 by default): what the "
+        "source's clock may run behind syncd's, or how late the source shows a change after "
+        "its time.",
         examples=[300],
     )
     until_param: ParamName = absent(

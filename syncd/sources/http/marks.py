@@ -3,56 +3,20 @@ of the incremental field, moved back by a lookback (``lag``) and written in the 
 expects. Pure: no I/O, no clock.
 
 The mark is stored as the records hold it; only what is sent is converted. Converting (a
-format other than ``as_stored``, or a ``lag``) reads the mark as a time: ISO 8601 text
-(``Z``, ``+00:00`` and ``+0000`` offsets; no offset means UTC), or Unix time as a number or
-numeric text — seconds, or milliseconds when its magnitude is 10^11 or more (a date after
-the year 5000 in seconds, before 1973 in milliseconds).
+format other than ``as_stored``, or a ``lag``) reads the mark as a time
+(:func:`syncd.rules.marks.as_time`, the pure reading the crawl rules share).
 """
 
 from __future__ import annotations
 
 import math
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
+from syncd.rules.marks import MS_FROM, as_number, as_time
+
 __all__ = ["as_time", "mark_value"]
-
-_MS_FROM = 1e11
-
-
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int | float):
-        return float(value)
-    if isinstance(value, str):
-        try:
-            number = float(value)
-        except ValueError:
-            return None
-        return number if math.isfinite(number) else None
-    return None
-
-
-def as_time(value: Any) -> datetime:
-    """The mark as an aware UTC time (``ValueError`` when it is none, or out of the range
-    of times)."""
-    try:
-        return _as_time(value)
-    except (OverflowError, OSError) as exc:  # e.g. 1e20 seconds: no such datetime
-        raise ValueError(f"not a time in range: {value!r}") from exc
-
-
-def _as_time(value: Any) -> datetime:
-    number = _number(value)
-    if number is not None:
-        seconds = number / 1000 if abs(number) >= _MS_FROM else number
-        return datetime.fromtimestamp(seconds, UTC)
-    if isinstance(value, str):
-        parsed = datetime.fromisoformat(value.strip())
-        return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
-    raise ValueError(f"not a time: {value!r}")
 
 
 def mark_value(value: Any, fmt: str = "as_stored", lag: float = 0.0) -> Any:
@@ -62,12 +26,12 @@ def mark_value(value: Any, fmt: str = "as_stored", lag: float = 0.0) -> Any:
     """
     if fmt == "as_stored" and not lag:
         return value
-    number = _number(value)
+    number = as_number(value)
     if fmt == "as_stored" and number is not None:
         # A numeric mark keeps its unit (milliseconds stay milliseconds) and its kind:
         # numeric text such as Slack's ts ("1704067500.000100") stays text, its digits
         # exact.
-        step = lag * 1000 if abs(number) >= _MS_FROM else lag
+        step = lag * 1000 if abs(number) >= MS_FROM else lag
         if isinstance(value, str):
             return str(Decimal(value.strip()) - Decimal(str(step)))
         shifted = number - step

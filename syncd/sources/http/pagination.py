@@ -5,7 +5,8 @@ response into the next cursor, with the reason it continues or ends (:class:`Nex
 a preview). Cursors are opaque strings to the rest of syncd — a token for ``cursor`` (the
 JSON text of the value when it goes in the body, so that a number or a sort tuple is sent
 back as it came), an absolute URL for ``next_url`` and ``link_header``, a number for
-``offset`` and ``page`` — so a checkpoint resumes each of them exactly.
+``offset`` and ``page`` (a JSON object when they check that the list did not shift under
+them: :mod:`~syncd.sources.http.shifts`) — so a checkpoint resumes each of them exactly.
 
 A crawl that cannot tell whether more pages exist never passes for complete: a configured
 end signal (``more``, ``done``, ``total``, ``total_pages``) that a page lacks fails it, and
@@ -21,13 +22,23 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, Protocol
-from urllib.parse import urljoin, urlsplit
+from typing import Any, Protocol
 
 from syncd.errors import SourceError
 from syncd.http.paginator import describe_cursor
-from syncd.http.transport import Response, safe_url
-from syncd.paths import MISSING, get_path, set_path
+from syncd.http.transport import Response
+from syncd.paths import MISSING, get_path, parse_path, set_path
+from syncd.sources.http.continuation import Lack, Next, Place, Watched
+from syncd.sources.http.links import parse_link_header, same_origin_url
+from syncd.sources.http.shifts import (
+    OffsetCursor,
+    PageCursor,
+    continues,
+    default_overlap,
+    ids_of,
+    leading_known,
+    page_covered,
+)
 
 __all__ = [
     "PAGINATION_TYPES",
@@ -45,7 +56,6 @@ PAGINATION_TYPES = ("cursor", "next_url", "link_header", "offset", "page")
 QueryParams = dict[str, str | int | float]
 
 #: Where a style reads a value: the response body, a header, or the page's last record.
-Place = Literal["body", "header", "last_record"]
 
 _TRUE = (True, 1, "true")
 _FALSE = (False, 0, "false")
@@ -71,37 +81,6 @@ class PageRequest:
         return replace(self, params={**self.params, name: _text(value, name)})
 
 
-@dataclass(frozen=True)
-class Watched:
-    """A place a style reads, which a preview warns of when the first page lacks it: a path
-    in the response body (``where="body"``) or in the page's last record
-    (``"last_record"``), or a header name (``"header"``)."""
-
-    name: str
-    where: Place = "body"
-
-
-@dataclass(frozen=True)
-class Lack:
-    """A configured place that held no value (absent, null or empty) on the page that ended
-    the crawl, so that its absence ended it: ``what`` it holds ("next cursor") and the
-    ``key`` of the pagination config that names it (``next_cursor``)."""
-
-    place: Watched
-    what: str
-    key: str
-
-
-@dataclass(frozen=True)
-class Next:
-    """The cursor of the page after this one (``None``: this was the last) and why; for a
-    crawl ended by a place without a value, that place (``lacking``)."""
-
-    cursor: str | None
-    reason: str
-    lacking: Lack | None = None
-
-
 class Pagination(Protocol):
     """One pagination style."""
 
@@ -123,6 +102,18 @@ class Pagination(Protocol):
     def next(self, cursor: str | None, response: Response, body: Any, records: list[Any]) -> Next:
         """The page after this one, and why."""
         ...
+
+    def at_end_status(self, cursor: str, status: int) -> Next:
+        """What follows a page after the first answered with one of :attr:`end_status`."""
+        ...
+
+
+class _Style:
+    """What every style shares: an end status ends the crawl."""
+
+    def at_end_status(self, cursor: str, status: int) -> Next:
+        """See :class:`Pagination`."""
+        return Next(None, f"status {status} past the last page (end_status)")
 
 
 def _text(value: Any, name: str) -> str:
@@ -164,7 +155,7 @@ def _count(value: Any, where: str) -> int:
 
 
 @dataclass(frozen=True)
-class _Ends:
+class _Ends(_Style):
     """The explicit end signals every style but ``link_header`` may have."""
 
     more: str | None = None
@@ -261,7 +252,7 @@ class CursorPagination(_Ends):
 
 
 @dataclass(frozen=True)
-class _UrlPagination:
+class _UrlPagination(_Style):
     """Shared by ``next_url`` and ``link_header``: the cursor is the next page's URL."""
 
     def request(self, cursor: str | None, base: PageRequest) -> PageRequest:
@@ -272,17 +263,8 @@ class _UrlPagination:
 
     @staticmethod
     def _absolute(response: Response, link: str) -> str:
-        absolute = urljoin(response.url, link)
-        # The source's headers hold credentials: never hand them to another origin. The
-        # origin is the one the source asked (a redirect elsewhere does not move it).
-        requested = response.requested_url or response.url
-        there = _origin(absolute)
-        if there is None or there != _origin(requested):
-            raise SourceError(
-                f"next page URL {safe_url(absolute)} is on another origin than "
-                f"{safe_url(requested)}; refusing to follow it"
-            )
-        return absolute
+        # The origin is the one the source asked (a redirect elsewhere does not move it).
+        return same_origin_url(link, response.url, response.requested_url or response.url)
 
 
 @dataclass(frozen=True)
@@ -336,7 +318,9 @@ class LinkHeaderPagination(_UrlPagination):
 
 @dataclass(frozen=True)
 class OffsetPagination(_Ends):
-    """``offset``/``limit`` parameters; the offset advances by the records received."""
+    """``offset``/``limit`` parameters; the offset advances by the records received. With an
+    ``overlap``, each request after the first starts that many records early, and a list
+    that moved back under the crawl is read again (:mod:`~syncd.sources.http.shifts`)."""
 
     offset_param: str = "offset"
     limit_param: str = "limit"
@@ -344,6 +328,8 @@ class OffsetPagination(_Ends):
     where: str = "query"
     total: str | None = None
     total_header: str | None = None
+    overlap: int = 0
+    id_path: tuple[str, ...] = ("id",)
 
     @property
     def watched(self) -> tuple[Watched, ...]:
@@ -352,16 +338,45 @@ class OffsetPagination(_Ends):
 
     def request(self, cursor: str | None, base: PageRequest) -> PageRequest:
         """See :class:`Pagination`."""
-        offset = _number_cursor(cursor, 0)
+        offset = OffsetCursor.read(cursor).offset
         placed = base.with_value(self.where, self.offset_param, offset)
         return placed.with_value(self.where, self.limit_param, self.limit)
 
     def next(self, cursor: str | None, response: Response, body: Any, records: list[Any]) -> Next:
         """See :class:`Pagination`."""
+        at = OffsetCursor.read(cursor)
+        ids = ids_of(records, self.id_path) if self.overlap else []
+        if not continues(at, ids):
+            back = at.step_back(self.limit, self.overlap)
+            return Next(
+                back.text(),
+                f"none of the records read last is in the page at offset {at.offset}: the "
+                f"list moved back; reading again from offset {back.offset}",
+            )
+        found = self._ends(at.offset, response, body, records)
+        skip = leading_known(at, ids)
+        if found.cursor is None:
+            return Next(None, found.reason, skip=skip)
+        return Next(at.after(int(found.cursor), ids, self.overlap).text(), found.reason, skip=skip)
+
+    def at_end_status(self, cursor: str, status: int) -> Next:
+        """See :class:`Pagination`. Where the records read last were expected, an end
+        status means the list lost records: read again from further back, once a crawl."""
+        at = OffsetCursor.read(cursor)
+        if not self.overlap or not at.known or at.offset == 0 or at.ended:
+            return super().at_end_status(cursor, status)
+        back = at.step_back(self.limit, self.overlap, ended=True)
+        return Next(
+            back.text(),
+            f"status {status} at offset {at.offset}, where records read last were expected: "
+            f"reading again from offset {back.offset}",
+        )
+
+    def _ends(self, offset: int, response: Response, body: Any, records: list[Any]) -> Next:
+        """The page after the one at ``offset`` (its cursor: the plain offset), and why."""
         ended, why = self.said(body)
         if ended:
             return Next(None, why)
-        offset = _number_cursor(cursor, 0)
         received = len(records)
         after = offset + received
         total, where = self._total(response, body)
@@ -385,18 +400,15 @@ class OffsetPagination(_Ends):
         return Next(str(after), f"full page ({received} of {self.limit})")
 
     def _total(self, response: Response, body: Any) -> tuple[int | None, str]:
-        if self.total is not None:
-            where = f"total {self.total!r}"
-            return _count(get_path(body, self.total), where), where
-        if self.total_header is not None:
-            where = f"header {self.total_header}"
-            return _count(response.headers.get(self.total_header, MISSING), where), where
-        return None, ""
+        if self.total is None and self.total_header is None:
+            return None, ""
+        return _records_total(self.total, self.total_header, response, body)
 
 
 @dataclass(frozen=True)
 class PagePagination(_Ends):
-    """A page-number parameter."""
+    """A page-number parameter. With the records' total (``total``, ``total_header``), a
+    list that lost records under the crawl is read again (:mod:`~syncd.sources.http.shifts`)."""
 
     page_param: str = "page"
     start: int = 1
@@ -405,25 +417,64 @@ class PagePagination(_Ends):
     size_param: str = "per_page"
     total_pages: str | None = None
     total_pages_header: str | None = None
+    total: str | None = None
+    total_header: str | None = None
 
     @property
     def watched(self) -> tuple[Watched, ...]:
         """See :class:`Pagination`."""
-        return (*_totals(self.total_pages, self.total_pages_header), *super().watched)
+        pages = _totals(self.total_pages, self.total_pages_header)
+        return (*pages, *_totals(self.total, self.total_header), *super().watched)
 
     def request(self, cursor: str | None, base: PageRequest) -> PageRequest:
         """See :class:`Pagination`."""
-        placed = base.with_value(self.where, self.page_param, _number_cursor(cursor, self.start))
+        page = PageCursor.read_cursor(cursor, self.start).page
+        placed = base.with_value(self.where, self.page_param, page)
         if self.size is None:
             return placed
         return placed.with_value(self.where, self.size_param, self.size)
 
     def next(self, cursor: str | None, response: Response, body: Any, records: list[Any]) -> Next:
         """See :class:`Pagination`."""
+        at = PageCursor.read_cursor(cursor, self.start)
+        if self.total is None and self.total_header is None:
+            return self._ends(at.page, response, body, records)
+        total, where = _records_total(self.total, self.total_header, response, body)
+        size = self.size or at.size or len(records)
+        if not size:  # an empty first page, nothing to check
+            return self._ends(at.page, response, body, records)
+        covered = page_covered(at, self.start, total, size, len(records))
+        following = at.following(self.start, covered, total, size)
+        if covered.gap:
+            return Next(
+                following.text(),
+                f"{where} fell from {at.total} to {total}: records moved back over the pages "
+                f"read; reading again from page {following.page}",
+            )
+        found = self._ends(at.page, response, body, records)
+        if found.cursor is None:
+            return found
+        if covered.read >= total:
+            return Next(None, f"{covered.read} of {total} records ({where})")
+        return Next(following.text(), found.reason)
+
+    def at_end_status(self, cursor: str, status: int) -> Next:
+        """See :class:`Pagination`. Asked for while the total said more records follow, an
+        end status means the list lost records: read the last page again, once a crawl."""
+        again = PageCursor.read_cursor(cursor, self.start).last_page_again(self.start)
+        if again is None:
+            return super().at_end_status(cursor, status)
+        return Next(
+            again.text(),
+            f"status {status} while the total said more records follow: reading page "
+            f"{again.page} again",
+        )
+
+    def _ends(self, page: int, response: Response, body: Any, records: list[Any]) -> Next:
+        """The page after page number ``page`` (its cursor: the plain number), and why."""
         ended, why = self.said(body)
         if ended:
             return Next(None, why)
-        page = _number_cursor(cursor, self.start)
         received = len(records)
         if not received:
             if ended is False:
@@ -450,6 +501,18 @@ class PagePagination(_Ends):
         return None, ""
 
 
+def _records_total(
+    path: str | None, header: str | None, response: Response, body: Any
+) -> tuple[int, str]:
+    """The records' total, from the body at ``path`` or from ``header`` (one is set), and
+    where it was read."""
+    if path is not None:
+        where = f"total {path!r}"
+        return _count(get_path(body, path), where), where
+    where = f"header {header}"
+    return _count(response.headers.get(str(header), MISSING), where), where
+
+
 def _totals(path: str | None, header: str | None) -> tuple[Watched, ...]:
     """The places of a total: a body path, a header, or neither."""
     if path is not None:
@@ -457,35 +520,11 @@ def _totals(path: str | None, header: str | None) -> tuple[Watched, ...]:
     return (Watched(header, "header"),) if header is not None else ()
 
 
-def _origin(url: str) -> tuple[str, str, int | None] | None:
-    """(scheme, host, port) of ``url``, default ports filled in; credentials ignored."""
-    try:
-        parts = urlsplit(url)
-        scheme, port = parts.scheme.lower(), parts.port
-    except ValueError:
-        return None
-    port = port if port is not None else {"http": 80, "https": 443}.get(scheme)
-    return scheme, (parts.hostname or "").rstrip("."), port
-
-
-def _number_cursor(cursor: str | None, default: int) -> int:
-    if cursor is None:
-        return default
-    try:
-        number = int(cursor)
-    except ValueError:
-        # A resumed cursor may be a next-page URL (the style changed): never quote its query.
-        raise SourceError(
-            f"invalid cursor {describe_cursor(cursor)}: expected a page number or offset"
-        ) from None
-    if number < 0:
-        raise SourceError(f"invalid cursor {cursor!r}: expected a number >= 0")
-    return number
-
-
-def build_pagination(config: Mapping[str, Any] | None) -> Pagination:
+def build_pagination(config: Mapping[str, Any] | None, id_field: str | None = None) -> Pagination:
     """The style described by a ``pagination`` config, validated by its model
-    (:mod:`~syncd.sources.http.pagination_config`); cursor by default."""
+    (:mod:`~syncd.sources.http.pagination_config`); cursor by default. ``id_field``: the
+    path of the records' ids, which an ``offset`` crawl checks its overlap with (without
+    it, and without ``overlap`` configured, it has none)."""
     cfg = dict(config or {})
     kind = cfg.get("type", "cursor")
     ends: dict[str, Any] = {"end_status": frozenset(cfg.get("end_status") or ())}
@@ -504,13 +543,19 @@ def build_pagination(config: Mapping[str, Any] | None) -> Pagination:
     if kind == "link_header":
         return LinkHeaderPagination(**ends)
     if kind == "offset":
+        limit = int(cfg.get("limit", 100))
+        overlap = cfg.get("overlap")
+        if overlap is None:
+            overlap = default_overlap(limit) if id_field is not None else 0
         return OffsetPagination(
             offset_param=cfg.get("offset_param", "offset"),
             limit_param=cfg.get("limit_param", "limit"),
-            limit=int(cfg.get("limit", 100)),
+            limit=limit,
             where=cfg.get("in", "query"),
             total=cfg.get("total"),
             total_header=cfg.get("total_header"),
+            overlap=min(int(overlap), limit - 1),
+            id_path=parse_path(id_field or "id"),
             **ends,
         )
     if kind == "page":
@@ -523,68 +568,8 @@ def build_pagination(config: Mapping[str, Any] | None) -> Pagination:
             size_param=cfg.get("size_param", "per_page"),
             total_pages=cfg.get("total_pages"),
             total_pages_header=cfg.get("total_pages_header"),
+            total=cfg.get("total"),
+            total_header=cfg.get("total_header"),
             **ends,
         )
     raise SourceError(f"unknown pagination type {kind!r}")
-
-
-def parse_link_header(value: str) -> dict[str, str]:
-    """``{rel: target}`` from an RFC 8288 ``Link`` header value (first target per rel wins).
-
-    Parameters may be quoted strings holding commas or semicolons; a ``rel`` may list several
-    space-separated relation types.
-    """
-    links: dict[str, str] = {}
-    i, n = 0, len(value)
-    while i < n:
-        start = value.find("<", i)
-        if start < 0:
-            break
-        end = value.find(">", start + 1)
-        if end < 0:
-            break
-        target = value[start + 1 : end].strip()
-        i = end + 1
-        rels: list[str] = []
-        # Parameters: ;name[=token|"quoted"] until the next comma outside quotes.
-        while i < n:
-            while i < n and value[i] in " \t":
-                i += 1
-            if i >= n or value[i] != ";":
-                break
-            i += 1
-            eq = i
-            while eq < n and value[eq] not in "=;,":
-                eq += 1
-            name = value[i:eq].strip().lower()
-            i = eq
-            param = ""
-            if i < n and value[i] == "=":
-                i += 1
-                while i < n and value[i] in " \t":
-                    i += 1
-                if i < n and value[i] == '"':
-                    i += 1
-                    chars: list[str] = []
-                    while i < n and value[i] != '"':
-                        if value[i] == "\\" and i + 1 < n:
-                            i += 1
-                        chars.append(value[i])
-                        i += 1
-                    i += 1  # closing quote
-                    param = "".join(chars)
-                else:
-                    stop = i
-                    while stop < n and value[stop] not in ";,":
-                        stop += 1
-                    param = value[i:stop].strip()
-                    i = stop
-            if name == "rel":
-                rels.extend(param.lower().split())
-        # Skip to the comma separating this link from the next.
-        while i < n and value[i] != ",":
-            i += 1
-        i += 1
-        for rel in rels:
-            links.setdefault(rel, target)
-    return links

@@ -14,6 +14,7 @@ from syncd.paths import path_problem
 from syncd.schema.base import KindConfig, TypeTagged
 from syncd.schema.fields import (
     HEADER_NAME_PATTERN,
+    LIMIT_MAX,
     PATH_PATTERN,
     FieldPath,
     Flag,
@@ -23,6 +24,7 @@ from syncd.schema.fields import (
     Start,
     StatusCode,
     absent,
+    int_between,
     status_list,
     validated_with,
 )
@@ -230,10 +232,20 @@ _OFFSET_PARAMS = ("offset_param", "limit_param")
 _PAGE_PARAMS = ("page_param", "size_param")
 
 
+Overlap = Annotated[
+    int,
+    Field(strict=True, ge=0, le=LIMIT_MAX - 1),
+    BeforeValidator(int_between(0, LIMIT_MAX - 1)),
+]
+
+
 class OffsetPagination(_Ends):
     """``offset``/``limit`` parameters; the offset advances by the records received. With
     `total` (or `total_header`), `more` or `done` configured, those end the crawl; otherwise
-    a short or empty page does."""
+    a short or empty page does. Each request after the first starts `overlap` records early
+    and checks they are the ones read last, so that a list that moved back under the crawl
+    (a record removed, or moved to the end) is read again rather than skipped
+    (docs/syncs.md, "When the source changes during a crawl")."""
 
     model_config = ConfigDict(json_schema_extra=_header_params(*_OFFSET_PARAMS))
 
@@ -251,6 +263,13 @@ class OffsetPagination(_Ends):
         description="Header that holds the total number of records.", examples=["X-Total-Count"]
     )
     shifts: Flag = _shifts(True)
+    overlap: Overlap = absent(
+        description="Records each request after the first starts early: they must hold one "
+        "of the ids read last (`id_field`), else the list moved back and is read again from "
+        "further back. 0 turns the check off; at most `limit - 1` is used (each request brings "
+        "a new record). Default: 3, at most a third of `limit`.",
+        examples=[3, 0],
+    )
 
     @model_validator(mode="wrap")
     @classmethod
@@ -260,7 +279,10 @@ class OffsetPagination(_Ends):
 
 class PagePagination(_Ends):
     """A page-number parameter. An empty page ends; so do a short page (with `size`), the
-    last page of `total_pages`, `more` and `done`."""
+    last page of `total_pages`, the records' `total`, `more` and `done`. With the records'
+    total (`total` or `total_header`), a list that lost records under the crawl is read
+    again from the page they moved back to rather than skipped
+    (docs/syncs.md, "When the source changes during a crawl")."""
 
     model_config = ConfigDict(json_schema_extra=_header_params(*_PAGE_PARAMS))
 
@@ -283,6 +305,17 @@ class PagePagination(_Ends):
         description="Header that holds the number of pages.", examples=["X-WP-TotalPages"]
     )
     shifts: Flag = _shifts(True)
+    total: FieldPath = absent(
+        description="Path of the total number of records in the response body: the crawl "
+        "ends when its pages reach it, and reads pages again when it falls (records removed "
+        "moved the later ones back over the pages read).",
+        examples=["meta.total"],
+    )
+    total_header: HeaderName = absent(
+        description="Header that holds the total number of records (WordPress: "
+        "`X-WP-Total`), used as `total` is.",
+        examples=["X-WP-Total"],
+    )
 
     @model_validator(mode="wrap")
     @classmethod

@@ -34,6 +34,7 @@ from syncd.http.transport import Response, safe_url
 from syncd.models import CrawlEnd, Page
 from syncd.observability.logs import MASK, redact, register_secret
 from syncd.paths import MISSING, get_path
+from syncd.rules.marks import MARK, STARTED, iso_time, started_text
 from syncd.sources.base import SourceContext
 from syncd.sources.http.auth import AuthError, Credentials, SourceAuth, TokenCache, build_auth
 from syncd.sources.http.config import validate_http_source
@@ -67,8 +68,10 @@ class HttpSource:
 
     Implements ``Source`` and ``StatefulSource``: with ``incremental`` configured,
     :meth:`checkpoint` returns ``{"since": <value sent by this crawl>, "high_water": <largest
-    value of the field seen>}``. A fresh crawl sends the previous ``high_water``; a resumed
-    crawl keeps sending the interrupted crawl's ``since``. Once a page ended the crawl,
+    value of the field seen>, "started": <when the crawl's first page was requested, ISO 8601
+    UTC>}``. A fresh crawl sends the previous crawl's mark (its ``high_water``, no later than
+    its start: :func:`syncd.rules.settled_state`); a resumed crawl keeps sending the
+    interrupted crawl's ``since``, and keeps its start. Once a page ended the crawl,
     :meth:`crawl_end` says how.
     """
 
@@ -100,7 +103,7 @@ class HttpSource:
         self._registered: set[str] = set()
         self._records_path: str | None = config.get("records")
         self._fail_when: list[Mapping[str, Any]] = list(config.get("fail_when") or ())
-        self._pagination = build_pagination(config.get("pagination"))
+        self._pagination = build_pagination(config.get("pagination"), config.get("id_field", "id"))
         self._max_pages: int | None = config.get("max_pages")
         # The transport's defaults already include the environment: only the connector's
         # explicit values remain to apply (and the environment is not warned about twice).
@@ -133,8 +136,11 @@ class HttpSource:
         self._incremental: Mapping[str, Any] | None = config.get("incremental")
         self._inc_field: str | None = self._incremental["field"] if self._incremental else None
         state = context.state
-        self._since: Any = state.get("since") if context.resuming else state.get("high_water")
-        self._high_water: Any = state.get("high_water") if context.resuming else self._since
+        self._since: Any = state.get("since") if context.resuming else state.get(MARK)
+        self._high_water: Any = state.get(MARK) if context.resuming else self._since
+        # A resumed crawl keeps its start (none for a crawl begun before starts were kept).
+        self._now = context.now
+        self._started: Any = state.get(STARTED) if context.resuming else None
         # A backfill (DESIGN.md §12): its window replaces the mark, and the records at or
         # after its end are left out (:mod:`syncd.sources.http.window`).
         self._window = context.window if self._incremental is not None else None
@@ -162,7 +168,10 @@ class HttpSource:
         """The state to save with each committed page (empty unless incremental)."""
         if self._inc_field is None:
             return {}
-        return {"since": self._since, "high_water": self._high_water}
+        state = {"since": self._since, MARK: self._high_water}
+        if self._started is not None:
+            state[STARTED] = self._started
+        return state
 
     def _register_secrets(self, values: Iterable[str]) -> None:
         """Header values and resolved references are secrets: have the log redaction mask
@@ -220,6 +229,10 @@ class HttpSource:
 
     async def fetch_page(self, cursor: str | None) -> Page:
         """Fetch the page at ``cursor`` (``None``: the first page)."""
+        if cursor is None and self._started is None and self._inc_field is not None:
+            # The crawl's start: before the first request (a retry of it keeps the first
+            # attempt's time, the earlier one).
+            self._started = started_text(self._now())
         params: QueryParams = {k: resolve_refs(v) for k, v in self._params.items()}
         body = resolve_body(self._body) if self._body is not None else None
         request = self._pagination.request(cursor, self._base(params, body))
@@ -240,9 +253,11 @@ class HttpSource:
         except (ClientError, ServerError) as exc:
             if cursor is None or exc.status not in self._pagination.end_status:
                 raise
-            self.last_page = PageReport(f"status {exc.status} past the last page (end_status)")
-            self._end = CrawlEnd(self.last_page.reason)
-            return Page([], None)
+            found = self._pagination.at_end_status(cursor, exc.status)
+            self.last_page = PageReport(found.reason)
+            if found.cursor is None:
+                self._end = CrawlEnd(found.reason)
+            return Page([], found.cursor)
         body = response.json()
         self._check_fail_when(body)
         records = self._records(body, response.url)
@@ -256,20 +271,23 @@ class HttpSource:
         # A page that ends the crawl by its style's own rule keeps that reason.
         limit = self._max_pages
         if found.cursor is not None and limit is not None and self._pages >= limit:
-            found = Next(None, f"max_pages ({limit}) reached")
+            found = Next(None, f"max_pages ({limit}) reached", skip=found.skip)
         self.last_page = PageReport(
             found.reason,
             self._first_page_warnings(absent, body, records) if self._pages == 1 else (),
         )
         if found.cursor is None:
             self._end = CrawlEnd(found.reason, self._end_warnings(found.lacking, body))
-        filtered = 0
         if self._inc_field is not None:
             self._observe(records, self._inc_field)
-            if self._until is not None:
-                fmt, until, field = self._incremental_format(), self._until, self._inc_field
-                kept = [r for r in records if not beyond(r, field, until, fmt)]
-                filtered, records = len(records) - len(kept), kept
+        # Records the crawl read with the page before (an offset crawl's overlap).
+        if found.skip:
+            records = records[found.skip :]
+        filtered = 0
+        if self._until is not None and self._inc_field is not None:
+            fmt, until, field = self._incremental_format(), self._until, self._inc_field
+            kept = [r for r in records if not beyond(r, field, until, fmt)]
+            filtered, records = len(records) - len(kept), kept
         return Page(records, found.cursor, filtered=filtered)
 
     def _incremental_format(self) -> str:
@@ -472,10 +490,15 @@ def _hint(data: Any, path: str) -> str:
 
 
 def _later(a: Any, b: Any) -> bool:
-    """Whether incremental value ``a`` is after ``b``: numerically for numbers, else as text
-    (which orders ISO-8601 timestamps of one format correctly)."""
+    """Whether incremental value ``a`` is after ``b``: numerically for numbers, as times for
+    ISO 8601 text (``…:05Z`` and ``…:05.5Z``, or two offsets, do not order as text), else as
+    text."""
     if _is_number(a) and _is_number(b):
         return bool(a > b)
+    if isinstance(a, str) and isinstance(b, str):
+        first, second = iso_time(a), iso_time(b)
+        if first is not None and second is not None:
+            return first > second
     return str(a) > str(b)
 
 

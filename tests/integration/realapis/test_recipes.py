@@ -230,9 +230,10 @@ async def test_jira_search_pages_by_offset_to_the_total_and_sends_jql_dates(
         run = await sync(daemon, c.id)
         assert (run.outcome, run.error, run.pages) == (SUCCEEDED, None, 5)
         assert await doc_ids(daemon, c.id) == sorted(i["id"] for i in api.records)
-        # Jira answers 50 whatever maxResults asks: the offset moves by what came back.
+        # Jira answers 50 whatever maxResults asks: the offset moves by what came back, and
+        # each request after the first starts three early (the overlap that sees a shift).
         assert [(r.query["startAt"], r.query["maxResults"]) for r in api.requests] == [
-            (str(offset), "100") for offset in (0, 50, 100, 150, 200)
+            (str(offset), "100") for offset in (0, 47, 94, 141, 188)
         ]
         assert {r.query["jql"] for r in api.requests} == {"project = PROJ ORDER BY created ASC"}
         assert {r.headers["Authorization"] for r in api.requests} == {api.basic_auth()}
@@ -424,10 +425,18 @@ async def test_wordpress_posts_end_on_the_total_pages_header_or_the_400_past_the
             f"page {n} of 3 (header X-WP-TotalPages)" for n in (1, 2, 3)
         ]
 
-        # 200 posts, and no X-WP-TotalPages configured: WordPress's 400 for page 3 ends it.
+        # 200 posts, and no X-WP-TotalPages configured: X-WP-Total ends it after page 2.
         api.set_records(200)
-        bare = changed(body, pagination={**body["source"]["pagination"]})
-        del bare["source"]["pagination"]["total_pages_header"]
+        totalled = changed(body, pagination={**body["source"]["pagination"]})
+        del totalled["source"]["pagination"]["total_pages_header"]
+        preview = await daemon.preview({"connector": totalled, "pages": 5})
+        assert [(p.records, p.reason) for p in preview.pages] == [
+            (100, "page not empty"),
+            (100, "200 of 200 records (header X-WP-Total)"),
+        ]
+        # Neither: WordPress's 400 for page 3 ends it.
+        bare = changed(totalled, pagination={**totalled["source"]["pagination"]})
+        del bare["source"]["pagination"]["total_header"]
         preview = await daemon.preview({"connector": bare, "pages": 5})
         assert preview.error is None
         assert [(p.records, p.reason) for p in preview.pages] == [
@@ -440,6 +449,11 @@ async def test_wordpress_posts_end_on_the_total_pages_header_or_the_400_past_the
         again = await sync(daemon, c.id)
         assert (again.outcome, again.error) == (SUCCEEDED, None)
         assert [r.query["page"] for r in api.requests] == ["1", "2", "3"]
+        # A page-numbered list can shift under a deletion: the 37 posts gone wait for a
+        # second complete crawl's word (prune_confirmations defaults to 2 for `page`).
+        assert again.awaiting_confirmation == 37
+        confirmed = await sync(daemon, c.id)
+        assert (confirmed.outcome, confirmed.awaiting_confirmation) == (SUCCEEDED, 0)
         assert await doc_ids(daemon, c.id) == sorted(str(p["id"]) for p in api.records)
 
 
@@ -667,8 +681,9 @@ async def test_a_jira_offset_moved_by_records_received_resumes_the_failed_page(
         api.fail_next(500, after=2)  # the third page
         cid, committed = await _fail_then_resume(daemon, body)
         starts = [r.query["startAt"] for r in api.requests]
-        # Pages of 50 although 100 were asked: the resume offset is 100, not 200.
-        assert starts == ["0", "50", "100", "100", "150", "200"]
+        # Pages of 50 although 100 were asked: the resume offset is 94 (100, three early
+        # for the overlap), not 200.
+        assert starts == ["0", "47", "94", "94", "141", "188"]
         assert committed == 2
         assert await doc_ids(daemon, cid) == sorted(i["id"] for i in api.records)
 
@@ -690,7 +705,7 @@ async def test_jira_with_plain_offset_would_stop_at_the_first_page_of_50(
         ]
         shown = await daemon.preview({"connector": body, "pages": 5})
         assert [p.reason for p in shown.pages] == [
-            f"{n} of 237 records (total 'total')" for n in (50, 100, 150, 200, 237)
+            f"{n} of 237 records (total 'total')" for n in (50, 97, 144, 191, 237)
         ]
 
 
