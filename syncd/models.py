@@ -72,6 +72,16 @@ class DocOp(StrEnum):
     DELETE = "delete"
 
 
+class CrawlMode(StrEnum):
+    """What a crawl reads (DESIGN.md §12, "Steering a crawl"): the changes since the mark
+    (``incremental``), everything, pruning what it did not see (``full``), or a window of
+    the incremental field, leaving the mark and every other document alone (``backfill``)."""
+
+    INCREMENTAL = "incremental"
+    FULL = "full"
+    BACKFILL = "backfill"
+
+
 class WaitReason(StrEnum):
     """Why a running sync is sleeping."""
 
@@ -95,6 +105,9 @@ class Page:
 
     records: list[dict[str, Any]]
     next_cursor: str | None = None
+    # Records the source read and left out (a backfill's records at or after its ``until``):
+    # counted on the run as filtered, not rejected.
+    filtered: int = 0
 
 
 @dataclass(frozen=True)
@@ -235,6 +248,15 @@ class CrawlEnd:
 
 
 @dataclass(frozen=True)
+class CrawlWindow:
+    """The window ``[since, until)`` of a backfill, in the values of the source's incremental
+    field (``until`` ``None``: open-ended)."""
+
+    since: Any
+    until: Any = None
+
+
+@dataclass(frozen=True)
 class Crawl:
     """The crawl a run belongs to (DESIGN.md §11): documents it sees are stamped with ``id``;
     a ``full`` crawl that completes deletes the live documents it did not see."""
@@ -339,6 +361,8 @@ class Run:
     deletions_held: int = 0
     # 1 for a first try; n for the n-th run in a row after failures (manual runs count from 1).
     attempt: int = 1
+    # Records read and left out by the source (a backfill's records past its window).
+    documents_filtered: int = 0
     # How the crawl ended (a succeeded run: CrawlEnd.reason; None for any other outcome) and
     # the warnings about that end.
     end_reason: str | None = None

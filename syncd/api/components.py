@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from syncd.models import WaitReason
+from syncd.models import CrawlMode, WaitReason
+from syncd.schema.steering import MARK_SCHEMA, StateUpdate, SyncRequest
 from syncd.service.cursors import CURSOR_MAX_LENGTH, CURSOR_PATTERN
 
 __all__ = ["CONNECTOR_EXAMPLE", "PARAMETERS", "SCHEMAS", "ref"]
@@ -27,6 +28,9 @@ _STR_OR_NULL = {"type": ["string", "null"]}
 _COUNT = {"type": "integer", "minimum": 0}
 _CONNECTOR_STATUS = ["active", "paused", "error", "deleting"]
 _DOC_STATUS = ["pending", "running", "indexed", "failed", "deleted"]
+_CRAWL_MODES = [m.value for m in CrawlMode]
+# A backfill's bound (null for another mode).
+_BOUND = {"oneOf": [{"type": "null"}, *MARK_SCHEMA["oneOf"]]}
 
 #: The example of a connector body shown in the description (the README's quick tour).
 CONNECTOR_EXAMPLE: dict[str, Any] = {
@@ -237,6 +241,11 @@ SCHEMAS: dict[str, Any] = {
                 **_COUNT,
                 "description": "Deletions the guard held at the end of this run's crawl.",
             },
+            "documents_filtered": {
+                **_COUNT,
+                "description": "Records the source read and left out: a backfill's at or "
+                "after the end of its window.",
+            },
             "end_reason": {
                 **_STR_OR_NULL,
                 "description": "The rule that ended this run's crawl (e.g. \"no next cursor "
@@ -260,6 +269,67 @@ SCHEMAS: dict[str, Any] = {
         }
     ),
     "RunList": _page_of("Run"),
+    "SyncRequest": SyncRequest.model_json_schema(),
+    "StateUpdate": StateUpdate.model_json_schema(),
+    "CrawlState": _object(
+        {
+            "connector_id": {"type": "string"},
+            "incremental": {
+                "type": "boolean",
+                "description": "Whether the source has `incremental` (a mark); without it "
+                "every crawl is full.",
+            },
+            "mark": {
+                "description": "The completed crawls' mark, as the records hold the "
+                "incremental field, before `lag` (null: none; the next crawl reads everything).",
+            },
+            "mark_set_at": _TIME,
+            "mark_set_by": {
+                "enum": ["crawl", "user", None],
+                "description": "Who set the mark: a completed crawl, or `PUT` (null: unknown, "
+                "set before this was recorded, or no mark).",
+            },
+            "mark_crawl_id": {**_STR_OR_NULL, "description": "The crawl that set the mark."},
+            "mark_run_id": {**_STR_OR_NULL, "description": "The run that completed it."},
+            "crawl": {
+                "oneOf": [
+                    {"type": "null"},
+                    _object(
+                        {
+                            "id": _STR_OR_NULL,
+                            "mode": {"enum": _CRAWL_MODES},
+                            "since": _BOUND,
+                            "until": _BOUND,
+                            "started_at": _TIME,
+                            "resume_cursor_held": {"type": "boolean"},
+                        }
+                    ),
+                ],
+                "description": "The crawl begun and not completed (null: none): the next run "
+                "without a mode resumes it, in its mode.",
+            },
+            "next_crawl": _object(
+                {
+                    "mode": {"enum": _CRAWL_MODES},
+                    "since": _BOUND,
+                    "until": _BOUND,
+                    "resumes": {"type": "boolean"},
+                },
+                description="What a run started now without a mode would crawl, and whether "
+                "it resumes the crawl in progress.",
+            ),
+            "last_full_crawl_at": {
+                **_TIME,
+                "description": "When a full crawl last completed (null: not since this was "
+                "recorded).",
+            },
+            "documents_awaiting_confirmation": {
+                **_COUNT,
+                "description": "Live documents the last complete full crawl missed that wait "
+                "for confirmation (the connector's count of the same name).",
+            },
+        }
+    ),
     "Document": _object(
         {
             "external_id": {"type": "string"},

@@ -48,6 +48,7 @@ class Route:
     summary: str
     responses: Mapping[int, Reply]
     request: str | None = None  # component schema of the JSON body
+    request_required: bool = True  # False: the body may be left out
     query: tuple[str, ...] = ()  # names of PARAMETERS components
     auth: bool = True  # needs the bearer token when one is configured
     tag: str = "connectors"
@@ -126,7 +127,7 @@ def _operation(route: Route, routes: Sequence[Route]) -> dict[str, Any]:
         op["parameters"] = params
     if route.request is not None:
         op["requestBody"] = {
-            "required": True,
+            "required": route.request_required,
             "content": {"application/json": {"schema": ref(route.request)}},
         }
     responses = dict(route.responses)

@@ -61,6 +61,26 @@ async def json_object(request: web.Request) -> dict[str, Any]:
     return body
 
 
+async def optional_json_object(request: web.Request) -> dict[str, Any] | None:
+    """The body as a JSON object, or ``None`` when the request has no body (empty, or only
+    blanks); 422 as :func:`json_object` otherwise, after 404 for an unknown connector."""
+    if not (await request.read()).strip():
+        return None
+    try:
+        return await json_object(request)
+    except ValidationError as exc:
+        await service_of(request).reject(path_id(request), exc)
+
+
+async def connector_body(request: web.Request) -> dict[str, Any]:
+    """:func:`json_object` of a request about the path's connector: 404 for an unknown
+    connector comes before the 422."""
+    try:
+        return await json_object(request)
+    except ValidationError as exc:
+        await service_of(request).reject(path_id(request), exc)
+
+
 def _reject_constant(name: str) -> Any:
     # NaN and Infinity are not JSON; Python's parser accepts them unless told not to.
     raise ValueError(f"{name} is not valid JSON")

@@ -24,10 +24,12 @@ from syncd.api.params import (
     json_object,
     limit_param,
     listing,
+    optional_json_object,
     path_id,
     service_of,
     status_param,
 )
+from syncd.api.steering import STATE_ROUTES
 from syncd.errors import ValidationError
 from syncd.models import Connector, ConnectorStatus, DocStatus, SyncStatus
 from syncd.observability.metrics import Metrics
@@ -122,9 +124,10 @@ async def delete_connector(request: web.Request) -> web.Response:
 
 
 async def trigger_sync(request: web.Request) -> web.Response:
-    """``POST /connectors/{id}/sync``."""
+    """``POST /connectors/{id}/sync``, with an optional body asking for a crawl mode."""
     connector_id = path_id(request)
-    run_id = await service_of(request).trigger_sync(connector_id)
+    body = await optional_json_object(request)
+    run_id = await service_of(request).trigger_sync(connector_id, body)
     # No run id: no run slot was free, the trigger waits (queued) for one.
     status = SyncStatus.RUNNING if run_id is not None else SyncStatus.QUEUED
     return web.json_response(
@@ -403,7 +406,8 @@ ROUTES: tuple[Route, ...] = (
         "POST",
         "/connectors/{id}/sync",
         trigger_sync,
-        "Start a sync run",
+        "Start a sync run; the body (optional) asks for a crawl mode: `incremental`, `full` "
+        "or `backfill` of a window",
         {
             202: Reply(
                 "Run started (sync_status running), or queued until a run slot frees "
@@ -416,9 +420,17 @@ ROUTES: tuple[Route, ...] = (
                 "Sync already in progress (with the running run_id) / Sync already queued",
                 "Conflict",
             ),
+            422: Reply(
+                "Invalid body: a mode the connector's source cannot crawl, a bound its format "
+                "cannot read, `since` not before `until` (checked before the state)",
+                "ValidationError",
+            ),
         },
+        request="SyncRequest",
+        request_required=False,
         links_id="/connector_id",
     ),
+    *STATE_ROUTES,
     Route(
         "POST",
         "/connectors/{id}/sync/abort",

@@ -21,6 +21,7 @@ from syncd.config import secrets
 from syncd.models import (
     Connector,
     ConnectorStatus,
+    CrawlWindow,
     DocStatus,
     Document,
     Run,
@@ -28,6 +29,7 @@ from syncd.models import (
     WaitReason,
 )
 from syncd.observability.logs import MASK
+from syncd.rules.steering import CrawlState
 
 # The encoder ``web.json_response`` uses (``json.dumps`` with its defaults): the texts below
 # are spliced from its output, so every body stays byte for byte what it was.
@@ -212,8 +214,47 @@ def run_json(run: Run) -> dict[str, Any]:
         "deletions_held": run.deletions_held,
         "awaiting_confirmation": run.awaiting_confirmation,
         "attempt": run.attempt,
+        "documents_filtered": run.documents_filtered,
         "end_reason": run.end_reason,
         "warnings": list(run.warnings),
+    }
+
+
+def state_json(connector_id: str, state: CrawlState) -> dict[str, Any]:
+    """A connector's crawl state (``GET /connectors/{id}/state``, DESIGN.md §12)."""
+    crawl = state.crawl
+    plan = state.next_crawl
+    return {
+        "connector_id": connector_id,
+        "incremental": state.incremental,
+        "mark": state.mark,
+        "mark_set_at": timestamp(state.mark_set_at),
+        "mark_set_by": state.mark_set_by,
+        "mark_crawl_id": state.mark_crawl_id,
+        "mark_run_id": state.mark_run_id,
+        "crawl": None
+        if crawl is None
+        else {
+            "id": crawl.id,
+            "mode": crawl.mode.value,
+            **_window_json(crawl.window),
+            "started_at": timestamp(crawl.started_at),
+            "resume_cursor_held": crawl.resume_cursor_held,
+        },
+        "next_crawl": {
+            "mode": plan.steer.mode.value,
+            **_window_json(plan.steer.window),
+            "resumes": plan.resume,
+        },
+        "last_full_crawl_at": timestamp(state.last_full_crawl_at),
+        "documents_awaiting_confirmation": state.awaiting_confirmation,
+    }
+
+
+def _window_json(window: CrawlWindow | None) -> dict[str, Any]:
+    return {
+        "since": None if window is None else window.since,
+        "until": None if window is None else window.until,
     }
 
 

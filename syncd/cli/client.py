@@ -240,9 +240,25 @@ class Client:
         """``DELETE /connectors/{id}``."""
         return await self._object("DELETE", _path(connector_id))
 
-    async def trigger_sync(self, connector_id: str) -> dict[str, Any]:
-        """``POST /connectors/{id}/sync``."""
-        return await self._object("POST", _path(connector_id, "sync"))
+    async def trigger_sync(
+        self, connector_id: str, body: Mapping[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """``POST /connectors/{id}/sync`` (``body``: the crawl mode asked for, if any)."""
+        if body is None:
+            return await self._object("POST", _path(connector_id, "sync"))
+        return await self._object("POST", _path(connector_id, "sync"), body=dict(body))
+
+    async def get_state(self, connector_id: str) -> dict[str, Any]:
+        """``GET /connectors/{id}/state``: the mark and the crawl in progress."""
+        return await self._object("GET", _path(connector_id, "state"))
+
+    async def set_state(self, connector_id: str, mark: Any) -> dict[str, Any]:
+        """``PUT /connectors/{id}/state``: set the mark."""
+        return await self._object("PUT", _path(connector_id, "state"), body={"mark": mark})
+
+    async def reset_state(self, connector_id: str) -> dict[str, Any]:
+        """``DELETE /connectors/{id}/state``: forget the mark (the next crawl is full)."""
+        return await self._object("DELETE", _path(connector_id, "state"))
 
     async def abort_sync(self, connector_id: str) -> dict[str, Any]:
         """``POST /connectors/{id}/sync/abort``."""

@@ -15,9 +15,11 @@ from syncd.cli.client import ApiError, Client
 from syncd.cli.files import load_connector_file
 from syncd.cli.follow import follow, outcome_line
 from syncd.cli.format import (
+    crawl_text,
     describe_connector,
     describe_document,
     describe_preview,
+    describe_state,
     describe_status,
     next_run,
     short,
@@ -126,11 +128,20 @@ async def _wait_queued(api: Client, cid: str, interval: float) -> str | None:
 async def _sync(api: Client, args: argparse.Namespace, io: Streams) -> int:
     connector = await api.resolve(args.connector)
     cid = str(connector["id"])
-    answer = await api.trigger_sync(cid)
+    body: dict[str, Any] | None = None
+    if args.full:
+        body = {"mode": "full"}
+    elif args.backfill is not None:
+        since, until = args.backfill
+        body = {"mode": "backfill", "since": since}
+        if until is not None:
+            body["until"] = until
+    answer = await api.trigger_sync(cid, body)
     run_id = answer.get("run_id")
-    started = f"sync started: run {run_id}\n"
+    mode = f" ({crawl_text(body)})" if body is not None else ""
+    started = f"sync started: run {run_id}{mode}\n"
     if run_id is None:  # no free run slot: the trigger waits for one
-        started = "sync queued: it starts when a run slot frees\n"
+        started = f"sync queued: it starts when a run slot frees{mode}\n"
     if not args.follow:
         if args.json:
             return print_json(io, answer)
@@ -153,6 +164,20 @@ async def _sync(api: Client, args: argparse.Namespace, io: Streams) -> int:
     else:
         io.stdout.write(outcome_line(run, indexed=_indexed_on_commit(connector)) + "\n")
     return EXIT_OK if run.get("outcome") == "succeeded" else EXIT_API
+
+
+async def _state(api: Client, args: argparse.Namespace, io: Streams) -> int:
+    cid = await _resolve_id(api, args.connector)
+    if args.reset:
+        state = await api.reset_state(cid)
+    elif args.set is not None:
+        state = await api.set_state(cid, args.set)
+    else:
+        state = await api.get_state(cid)
+    if args.json:
+        return print_json(io, state)
+    io.stdout.write(describe_state(state))
+    return EXIT_OK
 
 
 async def _abort(api: Client, args: argparse.Namespace, io: Streams) -> int:
@@ -341,6 +366,7 @@ COMMANDS: dict[str, Handler] = {
     "update": _update,
     "preview": _preview,
     "sync": _sync,
+    "state": _state,
     "abort": _abort,
     "pause": _set_status,
     "resume": _set_status,

@@ -106,6 +106,53 @@ def describe_connector(connector: Mapping[str, Any]) -> str:
     return "".join(f"{(k + ':').ljust(width)}  {cell(v)}\n" for k, v in fields)
 
 
+def describe_state(state: Mapping[str, Any]) -> str:
+    """A connector's crawl state (``GET /connectors/{id}/state``) as ``key: value`` lines,
+    the way ``state`` prints it."""
+    mark_set = None
+    if state.get("mark_set_by") == "crawl":
+        mark_set = (
+            f"{ts(state.get('mark_set_at'))} by crawl {state.get('mark_crawl_id')} "
+            f"(run {state.get('mark_run_id')})"
+        )
+    elif state.get("mark_set_by") == "user":
+        mark_set = f"{ts(state.get('mark_set_at'))} by hand"
+    crawl = state.get("crawl")
+    in_progress = None
+    if isinstance(crawl, Mapping):
+        held = ", resume cursor held" if crawl.get("resume_cursor_held") else ""
+        in_progress = (
+            f"{crawl_text(crawl)}, id {crawl.get('id')}, started "
+            f"{ts(crawl.get('started_at'))}{held}"
+        )
+    nxt = state.get("next_crawl") or {}
+    resumes = ", resuming the crawl in progress" if nxt.get("resumes") else ""
+    fields: list[tuple[str, Any]] = [
+        ("incremental", "yes" if state.get("incremental") else "no (every crawl is full)"),
+        ("mark", state.get("mark")),
+        ("mark set", mark_set),
+        ("crawl", in_progress),
+        ("next crawl", f"{crawl_text(nxt)}{resumes}"),
+        ("last full crawl", ts(state.get("last_full_crawl_at"))),
+        ("awaiting confirmation", state.get("documents_awaiting_confirmation") or None),
+    ]
+    width = max(len(k) for k, _ in fields) + 1
+    return "".join(f"{(k + ':').ljust(width)}  {cell(v)}\n" for k, v in fields)
+
+
+def crawl_text(crawl: Mapping[str, Any]) -> str:
+    """``full crawl``, ``incremental crawl``, ``backfill from A to B`` (or ``from A``): a
+    crawl's mode and window (``{"mode", "since", "until"}``)."""
+    mode = str(crawl.get("mode"))
+    if mode != "backfill":
+        return f"{mode} crawl"
+    until = crawl.get("until")
+    window = f"from {cell(crawl.get('since'))}" + (
+        f" to {cell(until)}" if until is not None else ""
+    )
+    return f"backfill {window}"
+
+
 def _awaiting(count: Any) -> str | None:
     """The documents the last complete full crawl missed that await confirmation, if any."""
     if not isinstance(count, int) or count <= 0:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import json
+import re
 
 from syncd.cli.follow import FOLLOW_INTERVAL
 from syncd.models import ConnectorStatus, DocStatus
@@ -126,6 +128,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p = command("sync", "start a sync run", client)
     p.add_argument("connector", metavar="ID", help=_ID_HELP)
+    crawl = p.add_mutually_exclusive_group()
+    crawl.add_argument(
+        "--full",
+        action="store_true",
+        help="a full crawl: everything, ignoring the mark; it deletes what it did not see "
+        "and sets the mark",
+    )
+    crawl.add_argument(
+        "--backfill",
+        type=_window,
+        metavar="SINCE[..UNTIL]",
+        help="crawl only the window [SINCE, UNTIL) of the incremental field: it never deletes "
+        "and never moves the mark",
+    )
     p.add_argument("--follow", "-f", action="store_true", help="show progress until it ends")
     p.add_argument(
         "--interval",
@@ -133,6 +149,24 @@ def build_parser() -> argparse.ArgumentParser:
         default=FOLLOW_INTERVAL,
         metavar="SECONDS",
         help=f"with --follow: seconds between progress polls (default {FOLLOW_INTERVAL})",
+    )
+    p = command(
+        "state",
+        "show a connector's crawl state (its mark, the crawl in progress, the next crawl), "
+        "or set or reset the mark",
+        client,
+    )
+    p.add_argument("connector", metavar="ID", help=_ID_HELP)
+    change = p.add_mutually_exclusive_group()
+    change.add_argument(
+        "--set",
+        type=mark_value,
+        metavar="VALUE",
+        help="the mark the next incremental crawl starts from, as the records hold the field "
+        "(a number stays a number: quote it as JSON, '\"42\"', for text)",
+    )
+    change.add_argument(
+        "--reset", action="store_true", help="forget the mark: the next crawl is a full one"
     )
     for name, help_ in (
         ("abort", "abort the running sync"),
@@ -181,6 +215,32 @@ def _complete_paths(parser: argparse.ArgumentParser) -> None:
             action.complete = shtab.FILE  # type: ignore[attr-defined]
         elif action.dest == "systemd":
             action.complete = shtab.DIRECTORY  # type: ignore[attr-defined]
+
+
+def mark_value(text: str) -> str | int | float:
+    """A mark or a window bound as typed: a JSON number is a number, JSON text (quoted) is
+    text, anything else is the text itself."""
+    if _NUMBER.fullmatch(text) or (text.startswith('"') and text.endswith('"') and len(text) > 1):
+        try:
+            value = json.loads(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a JSON number or string: {text!r}") from None
+        if isinstance(value, str | int | float) and not isinstance(value, bool):
+            return value
+    if not text:
+        raise argparse.ArgumentTypeError("expected a value, got nothing")
+    return text
+
+
+def _window(text: str) -> tuple[str | int | float, str | int | float | None]:
+    """``SINCE`` or ``SINCE..UNTIL``."""
+    since, dots, until = text.partition("..")
+    if not since or (dots and not until):
+        raise argparse.ArgumentTypeError(f"expected SINCE or SINCE..UNTIL, got {text!r}")
+    return mark_value(since), mark_value(until) if dots else None
+
+
+_NUMBER = re.compile(r"-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?")
 
 
 def _positive_int(text: str) -> int:

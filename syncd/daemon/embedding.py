@@ -14,6 +14,7 @@ from typing import Any
 from syncd.indexing.maintenance import Maintenance
 from syncd.models import Connector, ConnectorStatus, DocStatus, Document, Run
 from syncd.pipeline.engine import SyncEngine
+from syncd.rules.steering import CrawlState
 from syncd.runtime.changes import ChangeFeed
 from syncd.service.operations import ConnectorService
 from syncd.service.preview import Preview, Previewer
@@ -57,10 +58,33 @@ class EmbeddingApi:
         """Mark ``deleting`` and delete in the background (idempotent while deleting)."""
         await self.service.delete_connector(connector_id)
 
-    async def trigger_sync(self, connector_id: str) -> str | None:
+    async def trigger_sync(
+        self,
+        connector_id: str,
+        *,
+        mode: str | None = None,
+        since: Any = None,
+        until: Any = None,
+    ) -> str | None:
         """Start a manual sync; returns its run id, or ``None`` when no run slot was free
-        and the trigger is queued (``Conflict`` per DESIGN.md §3)."""
-        return await self.service.trigger_sync(connector_id)
+        and the trigger is queued (``Conflict`` per DESIGN.md §3). ``mode`` asks for an
+        ``incremental``, ``full`` or ``backfill`` crawl (the window ``[since, until)``), as
+        ``POST /connectors/{id}/sync``'s body does (``ValidationError``)."""
+        asked = {"mode": mode, "since": since, "until": until}
+        body = {k: v for k, v in asked.items() if v is not None}
+        return await self.service.trigger_sync(connector_id, body or None)
+
+    async def get_state(self, connector_id: str) -> CrawlState:
+        """The connector's crawl state (``GET /connectors/{id}/state``)."""
+        return await self.service.get_state(connector_id)
+
+    async def set_state(self, connector_id: str, mark: Any) -> CrawlState:
+        """Set the connector's mark; the new state (``ValidationError``, ``Conflict``)."""
+        return await self.service.set_state(connector_id, {"mark": mark})
+
+    async def reset_state(self, connector_id: str) -> CrawlState:
+        """Reset the connector's mark (the next crawl is full); the new state."""
+        return await self.service.reset_state(connector_id)
 
     async def abort_sync(self, connector_id: str) -> str | None:
         """Abort the running sync wherever it runs; returns the aborted run id."""

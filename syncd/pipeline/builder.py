@@ -15,7 +15,7 @@ from collections.abc import Callable
 from syncd import rules
 from syncd.http.paginator import AsyncCursorPaginator, CancelToken, FetchPage, OnRetry, OnWait
 from syncd.http.transport import Transport
-from syncd.models import Connector, WaitReason
+from syncd.models import Connector, CrawlWindow, WaitReason
 from syncd.plugins import Registry
 from syncd.sources.base import Source, SourceContext
 from syncd.sources.threaded import as_async
@@ -36,13 +36,15 @@ class SourceBuilder:
         *,
         resuming: bool,
         full: bool = False,
+        window: CrawlWindow | None = None,
         persist: bool = True,
         on_wait: Callable[[WaitReason, float], None] | None = None,
     ) -> Source:
-        """The connector's source, built as a run builds it. ``persist``: what the source
-        must keep across restarts (a rotated refresh token) is saved in the store — false for
-        a connector that is not stored (the preview of a body). ``on_wait`` is told of each
-        wait of the source (a rate limit, a retry)."""
+        """The connector's source, built as a run builds it. ``full``: a fresh crawl starts
+        without the completed mark (a full crawl, a backfill); ``window``: a backfill's.
+        ``persist``: what the source must keep across restarts (a rotated refresh token) is
+        saved in the store — false for a connector that is not stored (the preview of a body).
+        ``on_wait`` is told of each wait of the source (a rate limit, a retry)."""
         kind = self._registry.source(connector.source)
         cid = connector.id
         context = SourceContext(
@@ -50,6 +52,7 @@ class SourceBuilder:
             transport=self._transport,
             state=rules.start_state(connector, resuming=resuming, full=full),
             resuming=resuming,
+            window=window,
             on_wait=on_wait,
             secret_state=connector.secret_state,
             save_secret_state=(

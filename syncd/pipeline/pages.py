@@ -31,6 +31,7 @@ class PreparedPage:
     rejected: tuple[Rejection, ...] = ()  # records that did not become documents
     deletions: tuple[str, ...] = ()  # external ids of tombstones
     end: CrawlEnd | None = None  # on the page that ended the crawl: how it ended
+    filtered: int = 0  # records the source left out (Page.filtered)
 
 
 async def read_ahead(

@@ -113,6 +113,8 @@ class SyncRun:
         # whether its deletions are done at once (rules.deletes_at_once).
         self._crawl: Crawl | None = None
         self._delete_at_once = True
+        # The connector as its page commits carry its state (rules.begin_crawl).
+        self._begun = connector
         # How the crawl ended, once its last page is committed (recorded on success).
         self._crawl_end: CrawlEnd | None = None
 
@@ -185,30 +187,38 @@ class SyncRun:
         if requeued:
             with self._ctx.maintenance.rebuild_on_failure():
                 await self._ride_out(lambda: self._ctx.queue.push(cid, requeued))
-        resuming = connector.resume_cursor is not None
-        # Why the run starts over (e.g. a PATCH changed the source).
-        self._note = None if resuming else rules.reset_reason(connector)
-        log.info("sync.started", trigger=str(self.trigger), resuming=resuming, note=self._note)
+        # The crawl's mode (asked by the trigger, or the crawl in progress's) and whether the
+        # run resumes it (rules.steering).
+        plan = rules.plan_crawl(connector, utcnow())
+        resuming = plan.resume
+        # Why the run starts over (e.g. a PATCH changed the source, another mode was asked).
+        self._note = plan.note or (None if resuming else rules.reset_reason(connector))
+        trigger, mode = str(self.trigger), str(plan.steer.mode)
+        log.info("sync.started", trigger=trigger, mode=mode, resuming=resuming, note=self._note)
         if resuming:
             try:
-                await self._paginate(connector.resume_cursor)
+                await self._paginate(plan, connector.resume_cursor)
                 return
             except CursorRejected as exc:
                 log.warning("sync.resume_rejected", status=exc.status)
                 self._note = f"resume cursor rejected with HTTP {exc.status}; started over"
-        await self._paginate(None)
+        await self._paginate(plan, None)
 
-    async def _paginate(self, start: str | None) -> None:
+    async def _paginate(self, plan: rules.CrawlPlan, start: str | None) -> None:
         connector = self._connector
         resuming = start is not None
+        now = utcnow()
         crawl = rules.crawl_of_run(
-            connector, resuming=resuming, now=utcnow(), new_crawl_id=new_id()
+            connector, resuming=resuming, now=now, new_crawl_id=new_id(), mode=plan.steer.mode
         )
         self._crawl = crawl
+        # What each page commit saves with the source's checkpoint: the crawl's mode and start.
+        self._begun = rules.begin_crawl(connector, plan, resuming=resuming, now=now)
         source = self._ctx.sources.build(
             connector,
             resuming=resuming,
-            full=crawl is not None and crawl.full,
+            full=plan.ignores_mark,
+            window=plan.steer.window,
             on_wait=self._on_wait,
         )
         kind = self._ctx.registry.indexer(connector.indexer)
@@ -252,7 +262,13 @@ class SyncRun:
             # Read right after the last page, as the checkpoint is.
             end = None if page.next_cursor else crawl_end(source)
             yield PreparedPage(
-                page.next_cursor, docs, checkpoint(source), tuple(rejected), tuple(gone), end
+                page.next_cursor,
+                docs,
+                checkpoint(source),
+                tuple(rejected),
+                tuple(gone),
+                end,
+                filtered=page.filtered,
             )
             await ctx.pacer.turn()  # before the next fetch (and its decoding)
 
@@ -287,7 +303,7 @@ class SyncRun:
             self.run_id,
             item.documents,
             next_cursor=item.next_cursor,
-            source_state=rules.page_state(self._connector, item.state),
+            source_state=rules.page_state(self._begun, item.state),
             now=utcnow(),
             indexed=indexed_on_commit,
             rejected=item.rejected,
@@ -295,6 +311,7 @@ class SyncRun:
             crawl=self._crawl,
             deletions=item.deletions,
             delete_at_once=self._delete_at_once,
+            filtered=item.filtered,
         )
 
     # --- waits and the heartbeat ----------------------------------------------------------
@@ -478,6 +495,7 @@ def _counts(run: Run) -> dict[str, Any]:
         "documents_seen": run.documents_seen,
         "documents_enqueued": run.documents_enqueued,
         "documents_rejected": run.documents_rejected,
+        "documents_filtered": run.documents_filtered,
         "documents_deleted": run.deleted,
         "deletions_held": run.deletions_held,
         "end_reason": run.end_reason,

@@ -23,9 +23,11 @@ One module per topic: ``runs`` (trigger, queue, end a run), ``admission`` (a tic
 decision), ``crawls`` (marks, full or not), ``marks`` (a mark read as a time, the
 mark a completed crawl stores), ``deletions``, ``lifecycle`` (PATCH, delete),
 ``documents`` (what a page writes), ``records`` (what a record becomes: external id, content
-hash, payload), ``state`` (what they share), ``cron`` (when a schedule fires next). This
-namespace is the way in: callers write ``rules.trigger(...)``. What only the rules use among
-themselves (messages, limits, the steps of a rule) stays in its topic's module.
+hash, payload), ``steering`` (the mode a trigger asks for, the crawl a run makes, the crawl
+state ``/connectors/{id}/state`` shows and changes), ``state`` (what they share), ``cron``
+(when a schedule fires next). This namespace is the way in: callers write
+``rules.trigger(...)``. What only the rules use among themselves (messages, limits, the steps
+of a rule) stays in its topic's module.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from syncd.rules.crawls import (
     crawl_of_run,
     crawl_states,
     full_crawl_due,
+    is_incremental,
     page_state,
     reset_reason,
     settled_state,
@@ -67,17 +70,39 @@ from syncd.rules.runs import (
     trigger,
 )
 from syncd.rules.state import next_full_crawl_at, next_run_at
+from syncd.rules.steering import (
+    CrawlInProgress,
+    CrawlPlan,
+    CrawlState,
+    MarkReader,
+    Steer,
+    begin_crawl,
+    check_state_change,
+    crawl_state,
+    plain_mark,
+    plan_crawl,
+    reset_mark,
+    set_mark,
+)
 
 __all__ = [
+    "CrawlInProgress",
+    "CrawlPlan",
+    "CrawlState",
     "ExistingDocument",
+    "MarkReader",
     "NotDue",
     "NotQueued",
+    "Steer",
     "abort",
     "admit",
     "apply_held",
+    "begin_crawl",
     "begin_delete",
+    "check_state_change",
     "check_trigger",
     "crawl_of_run",
+    "crawl_state",
     "crawl_states",
     "default_prune_confirmations",
     "deleted_field",
@@ -87,16 +112,21 @@ __all__ = [
     "fail",
     "full_crawl_due",
     "interrupt",
+    "is_incremental",
     "is_tombstone",
     "must_write",
     "next_full_crawl_at",
     "next_run_at",
     "page_state",
     "patch",
+    "plain_mark",
+    "plan_crawl",
     "plan_page",
     "prune_confirmations",
+    "reset_mark",
     "reset_reason",
     "scheduled",
+    "set_mark",
     "settled_state",
     "split_tombstones",
     "start_state",

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from syncd.models import Connector, Crawl
+from syncd.models import Connector, Crawl, CrawlMode
 from syncd.rules.marks import MARK, STARTED, capped_mark
 
 # --- crawl state: the source's marks (e.g. an incremental high-water mark) -------------
@@ -49,9 +49,18 @@ def start_state(c: Connector, *, resuming: bool, full: bool = False) -> Mapping[
 
 def page_state(c: Connector, checkpoint: Mapping[str, Any]) -> dict[str, Any]:
     """``source_state`` to save with a committed page whose source checkpoint is
-    ``checkpoint`` (``c`` is the connector as the run started)."""
+    ``checkpoint`` (``c`` is the connector as the run started). The keys of a crawl's
+    steering (:mod:`syncd.rules.steering`) are carried as they are."""
     completed, _ = crawl_states(c)
-    return {STATE_COMPLETED: completed, STATE_CRAWL: dict(checkpoint)}
+    return {**_steering(c), STATE_COMPLETED: completed, STATE_CRAWL: dict(checkpoint)}
+
+
+def _steering(c: Connector) -> dict[str, Any]:
+    """The keys of ``c``'s source state beside the marks and the reset reason."""
+    s = c.source_state
+    if not (STATE_COMPLETED in s or STATE_CRAWL in s or STATE_RESET in s):
+        return {}  # a flat state of before: the source's own
+    return {k: v for k, v in s.items() if k not in (STATE_COMPLETED, STATE_CRAWL, STATE_RESET)}
 
 
 def reset_reason(c: Connector) -> str | None:
@@ -102,10 +111,21 @@ def full_crawl_due(c: Connector, now: datetime) -> bool:
     return c.next_full_crawl_at is not None and c.next_full_crawl_at <= now
 
 
-def crawl_of_run(c: Connector, *, resuming: bool, now: datetime, new_crawl_id: str) -> Crawl | None:
+def crawl_of_run(
+    c: Connector,
+    *,
+    resuming: bool,
+    now: datetime,
+    new_crawl_id: str,
+    mode: CrawlMode | None = None,
+) -> Crawl | None:
     """The crawl a run continues (``resuming``: the connector's current one) or starts (as
     ``new_crawl_id``). ``None`` for a resumed crawl begun before crawls were stamped: it
-    cannot prune."""
+    cannot prune. A new crawl of ``mode`` (:mod:`syncd.rules.steering`) prunes when it is
+    ``full`` and no ``max_pages`` can cut it short; without a mode, as
+    :func:`full_crawl_due` says."""
     if resuming:
         return Crawl(c.crawl_id, c.crawl_full) if c.crawl_id is not None else None
-    return Crawl(new_crawl_id, full_crawl_due(c, now))
+    if mode is None:
+        return Crawl(new_crawl_id, full_crawl_due(c, now))
+    return Crawl(new_crawl_id, mode is CrawlMode.FULL and c.source.get("max_pages") is None)

@@ -19,6 +19,7 @@ from syncd.rules.state import (
     next_run_at,
     with_status,
 )
+from syncd.rules.steering import drop_request, kept_on_source_change
 
 _PATCHABLE = frozenset(
     {
@@ -64,7 +65,11 @@ def patch(c: Connector, changes: Mapping[str, Any], *, now: datetime) -> Transit
         # the next run starts over, from the last completed crawl's mark, and says why.
         completed, _ = crawl_states(c)
         fields["resume_cursor"] = None
-        fields["source_state"] = {STATE_COMPLETED: completed, STATE_RESET: RESET_SOURCE_CHANGED}
+        fields["source_state"] = {
+            **kept_on_source_change(c),
+            STATE_COMPLETED: completed,
+            STATE_RESET: RESET_SOURCE_CHANGED,
+        }
     updated = replace(c, updated_at=now, **fields)
     status = changes.get("status")
     if status is not None:
@@ -73,7 +78,7 @@ def patch(c: Connector, changes: Mapping[str, Any], *, now: datetime) -> Transit
             raise ValueError(f"status cannot be set to {status}")
         updated = with_status(updated, status)
         if status is ConnectorStatus.PAUSED and c.sync_status is SyncStatus.QUEUED:
-            updated = idle(updated, now)  # a pause drops a queued trigger
+            updated = idle(drop_request(updated), now)  # a pause drops a queued trigger
     reschedule = (
         "sync_schedule" in changes
         or "sync_timezone" in changes

@@ -24,7 +24,6 @@ from syncd.models import (
     SyncStatus,
     Transition,
 )
-from syncd.rules.crawls import promote_crawl
 from syncd.rules.deletions import plan_prune
 from syncd.rules.state import (
     MSG_DELETING,
@@ -38,6 +37,7 @@ from syncd.rules.state import (
     next_run_at,
     with_status,
 )
+from syncd.rules.steering import Steer, complete_crawl, drop_request, with_request
 
 LAST_ERROR_MAX = 500
 RETRY_BACKOFF_MAX = 3600.0
@@ -94,19 +94,27 @@ def claim(
     return Transition(claimed, start=start)
 
 
-def trigger(c: Connector, *, run_id: str, owner: str | None, now: datetime) -> Transition:
-    """Manual trigger: ``idle → running`` for an ``active`` or ``error`` connector."""
+def trigger(
+    c: Connector, *, run_id: str, owner: str | None, now: datetime, steer: Steer | None = None
+) -> Transition:
+    """Manual trigger: ``idle → running`` for an ``active`` or ``error`` connector; the mode
+    it asks for (``steer``, :mod:`syncd.rules.steering`) is recorded for the run."""
     check_trigger(c)
-    return claim(c, run_id=run_id, owner=owner, now=now, trigger=RunTrigger.MANUAL)
+    asked = with_request(c, steer, queued_at=None)
+    return claim(asked, run_id=run_id, owner=owner, now=now, trigger=RunTrigger.MANUAL)
 
 
-def enqueue(c: Connector, *, now: datetime) -> Transition:
+def enqueue(c: Connector, *, now: datetime, steer: Steer | None = None) -> Transition:
     """Manual trigger with no free run slot in this instance: ``idle → queued``, the request
-    stored with its time (``sync_queued_at``) so that any instance with a free slot starts it
-    (:func:`admit`), earliest first. Conflicts as :func:`trigger`, and ``Sync already queued``.
+    stored with its time (``sync_queued_at``) and its mode (``steer``) so that any instance
+    with a free slot starts it (:func:`admit`), earliest first. Conflicts as
+    :func:`trigger`, and ``Sync already queued``.
     """
     check_trigger(c)
-    return Transition(replace(c, sync_status=SyncStatus.QUEUED, sync_queued_at=now, updated_at=now))
+    asked = with_request(c, steer, queued_at=now)
+    return Transition(
+        replace(asked, sync_status=SyncStatus.QUEUED, sync_queued_at=now, updated_at=now)
+    )
 
 
 class NotQueued(SyncdError):
@@ -118,7 +126,7 @@ def drop_queued(c: Connector, *, now: datetime) -> Transition:
     :class:`NotQueued` when the connector is not queued (any more)."""
     if c.sync_status is not SyncStatus.QUEUED:
         raise NotQueued("not queued")
-    return Transition(idle(c, now))
+    return Transition(idle(drop_request(c), now))
 
 
 # --- ending a run (all fenced by run id) ---------------------------------------------------
@@ -163,7 +171,7 @@ def succeed(
             now,
             last_synced_at=now,
             resume_cursor=None,
-            source_state=promote_crawl(c),
+            source_state=complete_crawl(c, crawl=crawl, run_id=run_id, now=now),
             failures=0,
             retry_at=None,
             **changes,

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
+from datetime import datetime
 from typing import Any, NoReturn
 
 import structlog
@@ -33,6 +34,7 @@ from syncd.models import (
     RunOutcome,
     RunTrigger,
     SyncStatus,
+    Transition,
     new_id,
     utcnow,
 )
@@ -43,8 +45,10 @@ from syncd.plugins import Indexers, Registry
 from syncd.queue.base import WorkQueue
 from syncd.runtime.changes import ChangeFeed
 from syncd.schema import spec
+from syncd.schema.steering import parse_state_update, parse_sync_request
 from syncd.service.control import Control
 from syncd.service.cursors import decode_cursor, encode_cursor
+from syncd.service.steering import check_mark, check_steer
 from syncd.store.base import Store
 
 log = structlog.get_logger("syncd.service.operations")
@@ -208,32 +212,47 @@ class ConnectorService:
 
     # --- syncs --------------------------------------------------------------------------
 
-    async def trigger_sync(self, connector_id: str) -> str | None:
+    async def trigger_sync(
+        self, connector_id: str, body: Mapping[str, Any] | None = None
+    ) -> str | None:
         """Start a manual sync; returns its run id (``Conflict`` per DESIGN.md §3).
 
+        ``body`` may ask for a crawl mode (``{"mode", "since", "until"}``, DESIGN.md §12):
+        checked first (``NotFound``, then ``ValidationError``), before the state is.
         Without a free run slot in this instance (``[sync] max_concurrent_runs``) the
-        request is stored instead (``sync_status = queued``) and ``None`` is returned: the
-        first instance with a free slot starts it, in age order with the due schedules.
+        request is stored instead (``sync_status = queued``, with its mode) and ``None`` is
+        returned: the first instance with a free slot starts it, in age order with the due
+        schedules.
         """
+        try:
+            steer = parse_sync_request(body)
+        except ValidationError as exc:
+            await self.reject(connector_id, exc)
+        if steer is not None:
+            check_steer(await self.get_connector(connector_id), steer, self._registry)
         # Shielded: a caller cancelled after the claim committed must not leave the
         # connector `running` with no task; the claim and the start happen together.
-        claim = asyncio.create_task(self._trigger(connector_id), name=f"trigger:{connector_id}")
+        claim = asyncio.create_task(
+            self._trigger(connector_id, steer), name=f"trigger:{connector_id}"
+        )
         return await asyncio.shield(claim)
 
-    async def _trigger(self, connector_id: str) -> str | None:
+    async def _trigger(self, connector_id: str, steer: rules.Steer | None) -> str | None:
         run_id = new_id()
         now = utcnow()
 
         async def claim(slots: int, claimed: list[Claimed]) -> None:
             _, after = await self._store.mutate_connector(
                 connector_id,
-                lambda c: rules.trigger(c, run_id=run_id, owner=self._owner, now=now),
+                lambda c: rules.trigger(c, run_id=run_id, owner=self._owner, now=now, steer=steer),
             )
             claimed.append((after, RunTrigger.MANUAL))
 
         # A failed claim (Conflict, NotFound) gives its slot back.
         if await self._admission.claim_and_start(claim) is None:
-            await self._store.mutate_connector(connector_id, lambda c: rules.enqueue(c, now=now))
+            await self._store.mutate_connector(
+                connector_id, lambda c: rules.enqueue(c, now=now, steer=steer)
+            )
             log.info("service.sync_queued", connector_id=connector_id)
             await self._changes.notify(connector_id)
             await self._control.wake(connector_id)  # here and in every other instance
@@ -278,6 +297,41 @@ class ConnectorService:
         self._metrics.runs.labels(trigger=str(trigger), outcome=str(RunOutcome.ABORTED)).inc()
         await self._changes.notify(connector_id, run_id=run_id)
         return run_id
+
+    # --- the crawl state (DESIGN.md §12) ------------------------------------------------
+
+    async def get_state(self, connector_id: str) -> rules.CrawlState:
+        """The connector's crawl state: its mark, the crawl in progress, the next crawl."""
+        return rules.crawl_state(await self.get_connector(connector_id), utcnow())
+
+    async def set_state(self, connector_id: str, body: Mapping[str, Any]) -> rules.CrawlState:
+        """Set the mark (``{"mark": value}``); the new state. ``NotFound``, then
+        ``ValidationError`` (the body, a mark the connector's format cannot read), then
+        ``Conflict`` (a sync runs, the connector is being deleted)."""
+        try:
+            mark = parse_state_update(body)
+        except ValidationError as exc:
+            await self.reject(connector_id, exc)
+        check_mark(await self.get_connector(connector_id), mark, self._registry, field="mark")
+        return await self._change_state(
+            connector_id, lambda c, now: rules.set_mark(c, mark, now=now)
+        )
+
+    async def reset_state(self, connector_id: str) -> rules.CrawlState:
+        """Reset the mark: the next crawl is a full one. The new state (errors as
+        :meth:`set_state`'s)."""
+        connector = await self.get_connector(connector_id)
+        check_mark(connector, None, self._registry, field="path.id")
+        return await self._change_state(connector_id, lambda c, now: rules.reset_mark(c, now=now))
+
+    async def _change_state(
+        self, connector_id: str, rule: Callable[[Connector, datetime], Transition]
+    ) -> rules.CrawlState:
+        now = utcnow()
+        _, after = await self._store.mutate_connector(connector_id, lambda c: rule(c, now))
+        log.info("service.crawl_state_changed", connector_id=connector_id)
+        await self._changes.notify(connector_id)
+        return rules.crawl_state(self._engine.overlay(after), now)
 
     # --- runs and documents -------------------------------------------------------------
 

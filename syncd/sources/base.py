@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from pydantic import BaseModel
 
 from syncd.config.secrets import SecretsOf, connector_secrets
-from syncd.models import CrawlEnd, Page, WaitReason, utcnow
+from syncd.models import CrawlEnd, CrawlWindow, Page, WaitReason, utcnow
 
 if TYPE_CHECKING:
     from syncd.http.transport import Transport
@@ -72,6 +72,9 @@ class SourceContext:
     state: Mapping[str, Any] = field(default_factory=dict)
     # True when this run resumes a previous, unfinished crawl from its checkpoint cursor.
     resuming: bool = False
+    # A backfill's window of the incremental field (DESIGN.md §12): the crawl asks for
+    # ``since`` (and ``until``) instead of the mark, fresh or resumed; ``None`` otherwise.
+    window: CrawlWindow | None = None
     # Told of every wait inside a fetch (a transport retry, a Retry-After), so that the
     # connector shows what its run waits for; sources pass it to ``Transport.request``.
     on_wait: Callable[[WaitReason, float], None] | None = None
@@ -90,6 +93,11 @@ class SourceContext:
 
 SourceFactory = Callable[[Mapping[str, Any], SourceContext], Source | BlockingSource]
 
+MarkReader = Callable[[Mapping[str, Any], Any], Any]
+"""``read_mark(config, value)``: a value of the incremental field of a source ``config`` (a
+mark, a backfill's bound) as a key that orders such values; ``ValueError``, saying why, when
+the config's format cannot read it."""
+
 
 def source_secrets(config: Mapping[str, Any]) -> set[str]:
     """Secrets of a source config: header values, ``${env:}``/``${file:}`` references, URL
@@ -104,7 +112,9 @@ class SourceKind:
 
     ``config_model``: the pydantic model of its config (``None``: any object is accepted).
     ``stateful``: its instances have a ``checkpoint()`` saved with each committed page
-    (:class:`StatefulSource`).
+    (:class:`StatefulSource`). ``read_mark``: how its config reads a value of the incremental
+    field — a mark set by ``PUT /connectors/{id}/state``, a backfill's bounds (``None``:
+    numbers and text, as they are).
     """
 
     name: str
@@ -112,3 +122,4 @@ class SourceKind:
     config_model: type[BaseModel] | None = None
     secrets: SecretsOf = source_secrets
     stateful: bool = False
+    read_mark: MarkReader | None = None

@@ -198,6 +198,7 @@ class RunStore(Protocol):
         crawl: Crawl | None = None,
         deletions: Sequence[str] = (),
         delete_at_once: bool = False,
+        filtered: int = 0,
     ) -> list[str]:
         """Commit one crawled page in one transaction, fenced by ``run_id``.
 
@@ -211,7 +212,9 @@ class RunStore(Protocol):
         added to the run's ``documents_rejected`` and the first of them join the run's
         ``rejections`` sample (at most :data:`~syncd.models.MAX_REJECTIONS` per run, each
         with ``page`` set to the run's page number). ``note``, when given, becomes the run's
-        note (e.g. why it started over instead of resuming).
+        note (e.g. why it started over instead of resuming). ``filtered`` records the source
+        read and left out (a backfill's past its window) are added to the run's
+        ``documents_filtered``.
 
         A payload is stored as its canonical JSON text (``payload_json``) and read back
         exactly: integers of any size, every Unicode character including ``\\u0000``.

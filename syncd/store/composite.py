@@ -133,6 +133,7 @@ class CompositeStore(ConnectorStore, RunStore, DocumentStore, InstanceStore):
         crawl: Crawl | None = None,
         deletions: Sequence[str] = (),
         delete_at_once: bool = False,
+        filtered: int = 0,
     ) -> Coroutine[Any, Any, list[str]]:
         return self._runs.commit_page(
             connector_id,
@@ -147,6 +148,7 @@ class CompositeStore(ConnectorStore, RunStore, DocumentStore, InstanceStore):
             crawl=crawl,
             deletions=deletions,
             delete_at_once=delete_at_once,
+            filtered=filtered,
         )
 
     def report(

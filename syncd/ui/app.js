@@ -28,6 +28,7 @@
   const DATA_ELEMENTS = [
     "connectors", "list-count", "c-name", "c-error", "c-pages", "c-docs-seen", "c-waiting", "c-started", "c-owner",
     "c-heartbeat", "c-last", "c-next", "c-schedule", "c-counts", "c-runs", "c-failed",
+    "c-mark", "c-mark-set", "c-crawl", "c-next-crawl", "c-last-full",
     "c-config", "del-name", "d-version", "d-started", "d-memory", "d-ready", "d-queue",
     "d-documents", "d-runs", "d-instances", "d-queues",
   ];
@@ -43,6 +44,7 @@
     connectors: new Map(),
     runs: new Map(), // connector id → {data, more}
     failed: new Map(), // connector id → {data, more}
+    crawls: new Map(), // connector id → its crawl state (GET /connectors/{id}/state)
     daemon: null,
     version: null,
     view: { name: "list", id: null },
@@ -154,8 +156,14 @@
     if (page.data) state.failed.set(id, { data: page.data, more: Boolean(page.next_cursor) });
   }
 
+  async function loadCrawlState(id) {
+    // 404: gone, or a daemon older than the crawl state.
+    const crawl = await api(`connectors/${enc(id)}/state`, { allow: [404] });
+    if (crawl && crawl.connector_id) state.crawls.set(id, crawl);
+  }
+
   async function loadDetail(id) {
-    if (await loadConnector(id)) await Promise.all([loadRuns(id), loadFailed(id)]);
+    if (await loadConnector(id)) await Promise.all([loadRuns(id), loadFailed(id), loadCrawlState(id)]);
   }
 
   async function loadDaemon() {
@@ -184,6 +192,7 @@
     state.connectors.delete(id);
     state.runs.delete(id);
     state.failed.delete(id);
+    state.crawls.delete(id);
   }
 
   // Prometheus text exposition → [{name, labels, value}].
@@ -329,6 +338,11 @@
       if (viewed && (!before || before.documents.failed !== data.documents.failed)) {
         loadFailed(data.id).then(renderSoon, handleError);
       }
+      // The crawl state changes when a run starts or ends, and with a crawl's first page.
+      const crawlMoved = !before || before.sync_status !== data.sync_status
+        || before.last_synced_at !== data.last_synced_at
+        || (before.progress.pages !== data.progress.pages && data.progress.pages === 1);
+      if (viewed && crawlMoved) loadCrawlState(data.id).then(renderSoon, handleError);
     } else if (type === "run" && data.connector_id) {
       state.recentRuns = [...state.recentRuns.slice(-49), { seq, run: data }];
       upsertRun(data);
@@ -401,6 +415,7 @@
     state.connectors.clear();
     state.runs.clear();
     state.failed.clear();
+    state.crawls.clear();
     state.daemon = null;
     state.version = null;
     state.loaded = false;
@@ -631,6 +646,7 @@
     setBadge($("c-status"), c.status);
     setBadge($("c-sync"), ...syncLabel(c));
     $("act-sync").disabled = running || queued || paused || deleting;
+    $("act-full").disabled = running || queued || paused || deleting;
     $("act-abort").disabled = !running && !queued;
     setText($("act-pause"), paused ? "Resume" : "Pause");
     $("act-pause").disabled = deleting;
@@ -658,6 +674,8 @@
       h("dt", null, k), h("dd", { "data-status": k }, String(n)),
     ]));
 
+    renderCrawlState(state.crawls.get(id));
+
     const runs = state.runs.get(id) || { data: [], more: false };
     $("c-runs").replaceChildren(...runs.data.map((r) => runRow(r, c)));
     if (!runs.data.length) $("c-runs").append(emptyRow(10, "No runs yet"));
@@ -676,6 +694,32 @@
 
     const config = Object.fromEntries(Object.entries(c).filter(([k]) => !RUNTIME_KEYS.has(k)));
     setText($("c-config"), JSON.stringify(config, null, 2));
+  }
+
+  // A crawl's mode and window: "full", "backfill from A to B".
+  function crawlText(crawl) {
+    if (crawl.mode !== "backfill") return crawl.mode;
+    const until = crawl.until === null ? "" : ` to ${crawl.until}`;
+    return `backfill from ${crawl.since}${until}`;
+  }
+
+  function renderCrawlState(crawl) {
+    if (!crawl) {
+      for (const id of ["c-mark", "c-mark-set", "c-crawl", "c-next-crawl", "c-last-full"]) setText($(id), "—");
+      return;
+    }
+    if (!crawl.incremental) setText($("c-mark"), "none: every crawl is full");
+    else setText($("c-mark"), crawl.mark === null ? "none" : String(crawl.mark));
+    const by = { crawl: "by a crawl", user: "by hand" }[crawl.mark_set_by];
+    setText($("c-mark-set"), by ? `${relative(crawl.mark_set_at)} ${by}` : "—");
+    $("c-mark-set").title = crawl.mark_run_id ? `run ${crawl.mark_run_id}` : "";
+    const now = crawl.crawl;
+    setText($("c-crawl"), now
+      ? `${crawlText(now)}, started ${relative(now.started_at)}${now.resume_cursor_held ? ", resume cursor held" : ""}`
+      : "none");
+    const next = crawl.next_crawl;
+    setText($("c-next-crawl"), `${crawlText(next)}${next.resumes ? " (resumes the crawl in progress)" : ""}`);
+    setTime($("c-last-full"), crawl.last_full_crawl_at);
   }
 
   function runRow(r, c) {
@@ -787,6 +831,12 @@
     const reply = await post(c, "sync");
     if (reply.sync_status === "queued") return `Sync of ${c.name} queued (no free run slot)`;
     return `Sync of ${c.name} started`;
+  }));
+  $("act-full").addEventListener("click", (ev) => act(ev.currentTarget, async (c) => {
+    const body = { mode: "full" };
+    const reply = await api(`connectors/${enc(c.id)}/sync`, { method: "POST", body });
+    if (reply.sync_status === "queued") return `Full crawl of ${c.name} queued (no free run slot)`;
+    return `Full crawl of ${c.name} started`;
   }));
   $("act-abort").addEventListener("click", (ev) => act(ev.currentTarget, async (c) => {
     await post(c, "sync/abort");

@@ -201,9 +201,12 @@ async def _seed(daemon: Daemon, source: SourceServer) -> None:
     stateful phase reaches their documents through the links (list → documents → one
     document). Several, because the same phase also deletes the first connector it lists:
     with one seed, a sequence that deleted it before following the document link left the
-    document route unreached (seen once in several full runs)."""
+    document route unreached (seen once in several full runs). Their source is incremental:
+    the crawl state's routes answer 422 for a connector without a mark."""
+    incremental = {"field": "updated_at", "param": "updated_since"}
     for i in range(SEEDS):
-        c = await daemon.create_connector({"name": f"seed-{i}", "source": http_source(source)})
+        body = {"name": f"seed-{i}", "source": http_source(source, incremental=incremental)}
+        c = await daemon.create_connector(body)
         await daemon.trigger_sync(c.id)
         await daemon.wait_documents(c.id, lambda counts: counts[DocStatus.INDEXED] == 25)
 
@@ -250,7 +253,29 @@ def _fuzz(api: str, source_url: str, settle_delete: Callable[[str], None]) -> Fu
                     # earlier in a sequence is not seen by this check (the 404 is right).
                     "include-operation-id": "preview_connector",
                     "checks": {"ensure_resource_availability": {"enabled": False}},
-                }
+                },
+                {
+                    # A crawl mode or a mark is checked against the connector's source (has
+                    # it `incremental`, can its format read the value, is `since` before
+                    # `until`: DESIGN.md §12): no schema knows which connector is which, so
+                    # a body the schema calls valid may be refused, with a 422 naming it.
+                    "include-operation-id-regex": "^(trigger_sync|set_state|reset_state)$",
+                    "checks": {
+                        "positive_data_acceptance": {
+                            "expected-statuses": [
+                                *("2xx", "3xx", "401", "403", "404", "409", "422", "429"),
+                                "5xx",
+                            ]
+                        }
+                    },
+                },
+                {
+                    # `DELETE /connectors/{id}/state` resets the crawl state, which `GET` still
+                    # answers (no mark, the next crawl full): not a resource deleted. (A
+                    # deleted connector's state is a 404, as every route's: test_routes.)
+                    "include-operation-id": "get_state",
+                    "checks": {"use_after_free": {"enabled": False}},
+                },
             ],
         }
     )

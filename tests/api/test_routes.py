@@ -92,6 +92,9 @@ async def test_every_id_route_answers_404_for_an_unknown_connector(api: Api) -> 
         ("GET", f"/connectors/{MISSING}/documents/x", None),
         ("POST", f"/connectors/{MISSING}/retry-failed", None),
         ("POST", f"/connectors/{MISSING}/deletions/apply", None),
+        ("GET", f"/connectors/{MISSING}/state", None),
+        ("PUT", f"/connectors/{MISSING}/state", {"mark": 1}),
+        ("DELETE", f"/connectors/{MISSING}/state", None),
     ]
     for method, path, body in calls:
         reply = await api.call(method, path, json_body=body)
@@ -510,6 +513,9 @@ async def test_openapi_describes_every_route(api: Api) -> None:
         ("GET", "/connectors/{id}/documents/{external_id}"),
         ("POST", "/connectors/{id}/retry-failed"),
         ("POST", "/connectors/{id}/deletions/apply"),
+        ("GET", "/connectors/{id}/state"),
+        ("PUT", "/connectors/{id}/state"),
+        ("DELETE", "/connectors/{id}/state"),
         ("GET", "/healthz"),
         ("GET", "/readyz"),
         ("GET", "/status"),

@@ -792,6 +792,25 @@ async def test_commit_page_sets_the_run_note(store: Store) -> None:
     assert run is not None and run.note == "another"
 
 
+async def test_commit_page_counts_the_records_its_source_filtered(store: Store) -> None:
+    c = await add_connector(store)
+    run_id = await start_run(store, c.id)
+    assert (await store.get_run(run_id)).documents_filtered == 0  # type: ignore[union-attr]
+    await store.commit_page(
+        c.id, run_id, [make_doc("a")], next_cursor="p2", source_state={}, now=at(1), filtered=3
+    )
+    await commit(store, c, run_id, ("b", 1), cursor="p3", now_s=2)  # none filtered
+    await store.commit_page(
+        c.id, run_id, [], next_cursor=None, source_state={}, now=at(3), filtered=4
+    )
+    run = await store.get_run(run_id)
+    assert run is not None
+    assert (run.documents_filtered, run.documents_seen, run.documents_rejected) == (7, 2, 0)
+    # Filtered records are counted on the run, never stored as documents.
+    assert sorted(await statuses(store, c.id)) == ["a", "b"]
+    assert (await store.list_runs(c.id))[0] == run
+
+
 async def test_fenced_commit_records_no_rejections_or_note(store: Store) -> None:
     c = await add_connector(store)
     run_id = await start_run(store, c.id)

@@ -3,14 +3,15 @@ the test runs between pages (DESIGN.md §12).
 
 Each route follows the shape of a documented public list contract:
 
-- ``GET /keyset?since=&after=&per_page=`` — ids ascending, filtered by ``updated_at > since``,
-  the next page asked for with the last id read (``{"data": [...], "next_cursor": "<id>" |
-  null, "has_more": bool}``). The shape of keyset lists such as Zendesk's cursor-based
-  incremental exports
+- ``GET /keyset?since=&until=&after=&per_page=`` — ids ascending, filtered by ``updated_at >
+  since`` (and ``updated_at < until``), the next page asked for with the last id read
+  (``{"data": [...], "next_cursor": "<id>" | null, "has_more": bool}``). The shape of keyset
+  lists such as Zendesk's cursor-based incremental exports
   (https://developer.zendesk.com/api-reference/ticketing/ticket-management/incremental_exports/)
-  and GitHub's ``since``-filtered lists: a deletion or an edit never shifts what is ahead.
-  ``has_more`` is Stripe's end signal for the same shape, where the last id read is sent back
-  as ``starting_after`` (https://docs.stripe.com/api/pagination).
+  and GitHub's ``since``-filtered lists (``until`` as in GitHub's list of commits,
+  https://docs.github.com/en/rest/commits/commits#list-commits): a deletion or an edit never
+  shifts what is ahead. ``has_more`` is Stripe's end signal for the same shape, where the last
+  id read is sent back as ``starting_after`` (https://docs.stripe.com/api/pagination).
 - ``GET /next?since=&after=&per_page=`` — the same list, the next page as a relative URL in
   ``links.next`` (``null`` at the end).
 - ``GET /link?since=&after=&per_page=`` — the same list as a bare array, the next page in an
@@ -28,6 +29,7 @@ Records are ``{"id": n, "title", "version", "updated_at"}``; ``updated_at`` is I
 with microseconds (``Z``), set from the wall clock when a record is created or edited, so it
 compares with the time a crawl starts. :meth:`after_page` runs a change once ``n`` pages of a
 route have been served (counted since :meth:`reset_pages`), before the next request is read.
+:meth:`fail` makes a route answer 500 (an outage of the source) until :meth:`recover`.
 """
 
 from __future__ import annotations
@@ -64,6 +66,7 @@ class MovingSource(LoopbackServer):
         self.served: dict[str, int] = dict.fromkeys(ROUTES, 0)
         self._hooks: list[tuple[str, int, Callable[[], None]]] = []
         self.requests: list[tuple[str, dict[str, str]]] = []
+        self.failing: set[str] = set()
 
     # --- changes ---------------------------------------------------------------------
 
@@ -89,6 +92,15 @@ class MovingSource(LoopbackServer):
         """Run ``change`` once ``pages`` pages of ``route`` have been served."""
         assert route in ROUTES, route
         self._hooks.append((route, pages, change))
+
+    def fail(self, route: str) -> None:
+        """Answer every request of ``route`` with a 500 until :meth:`recover`."""
+        assert route in ROUTES, route
+        self.failing.add(route)
+
+    def recover(self, route: str) -> None:
+        """Serve ``route`` again."""
+        self.failing.discard(route)
 
     def reset_pages(self) -> None:
         """Count served pages from zero again (a new crawl)."""
@@ -116,8 +128,13 @@ class MovingSource(LoopbackServer):
         return response
 
     def _live(self, request: web.Request, *, order: str = "id") -> list[dict[str, Any]]:
-        since = request.query.get("since")
-        rows = [dict(r) for r in self.records.values() if since is None or r["updated_at"] > since]
+        since, until = request.query.get("since"), request.query.get("until")
+        rows = [
+            dict(r)
+            for r in self.records.values()
+            if (since is None or r["updated_at"] > since)
+            and (until is None or r["updated_at"] < until)
+        ]
         if order == "updated":
             return sorted(rows, key=lambda r: (r["updated_at"], r["id"]))
         return sorted(rows, key=lambda r: r["id"])
@@ -125,6 +142,8 @@ class MovingSource(LoopbackServer):
     async def _keyset(self, request: web.Request) -> web.Response:
         route = request.path.strip("/")
         self.requests.append((route, dict(request.query)))
+        if route in self.failing:
+            return web.json_response({"error": "unavailable"}, status=500)
         per_page = int(request.query.get("per_page", self.per_page))
         after = int(request.query.get("after", "0"))
         rows = [r for r in self._live(request) if r["id"] > after][:per_page]
@@ -145,6 +164,8 @@ class MovingSource(LoopbackServer):
 
     async def _offset(self, request: web.Request) -> web.Response:
         self.requests.append(("offset", dict(request.query)))
+        if "offset" in self.failing:
+            return web.json_response({"error": "unavailable"}, status=500)
         rows = self._live(request, order=request.query.get("order", "id"))
         offset = int(request.query.get("offset", "0"))
         limit = int(request.query.get("limit", self.per_page))
@@ -153,6 +174,8 @@ class MovingSource(LoopbackServer):
 
     async def _pages(self, request: web.Request) -> web.Response:
         self.requests.append(("pages", dict(request.query)))
+        if "pages" in self.failing:
+            return web.json_response({"error": "unavailable"}, status=500)
         rows = self._live(request)
         page = int(request.query.get("page", "1"))
         per_page = int(request.query.get("per_page", self.per_page))

@@ -162,7 +162,8 @@ def test_a_completed_crawl_stores_the_earlier_of_its_largest_value_and_its_start
     # What the success transition writes, and what the next fresh crawl starts from.
     t = rules.trigger(c, run_id="r1", owner="i1", now=START)
     done = rules.succeed(t.connector, run_id="r1", now=START + timedelta(minutes=5))
-    assert done.connector.source_state == {"completed": promoted}
+    assert done.connector.source_state["completed"] == promoted
+    assert done.connector.source_state["mark_set"]["by"] == "crawl"  # (rules.steering)
     assert rules.start_state(done.connector, resuming=False)["high_water"] == (
         "2024-05-01T12:30:45Z"
     )

@@ -19,8 +19,8 @@ from syncd.api.routes import ROUTES
 from syncd.plugins import Registry
 from syncd.schema import connector_file_schema, model_json_schemas
 
-OPENAPI_SHA256 = "e8a2444e737a2d690799b9d594da5c33e38228573a3103b5cd00d0663908c134"
-CONNECTOR_FILE_SCHEMA_SHA256 = "5dd061742ecb74fd3f466f8f2d8f271bdd6d00c2236e6d2a0207fcd770e4f0cf"
+OPENAPI_SHA256 = "f753724157e57f646b5540ea7c7b0efc23132c91790e8ed99c823ce5eba74d89"
+CONNECTOR_FILE_SCHEMA_SHA256 = "b59f207d4ee6dafa066cf5752b118aee9227a0f2d9579b144d582ac60be0883c"
 
 _ZONES = "<the time zones this machine knows>"
 

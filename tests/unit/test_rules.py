@@ -396,8 +396,10 @@ def test_a_fresh_crawl_starts_from_the_completed_mark_and_a_resumed_one_from_its
 
 def test_only_a_completed_crawl_promotes_its_mark() -> None:
     c = running(source_state={"completed": {"hw": 50}, "crawl": {"hw": 100}})
+    # (A crawl of a source without `incremental` is a full one: its end is recorded.)
     assert rules.succeed(c, run_id="r1", now=T0).connector.source_state == {
-        "completed": {"hw": 100}
+        "completed": {"hw": 100},
+        "last_full_crawl_at": "2026-01-01T12:00:00Z",
     }
     for ended in (
         rules.fail(c, run_id="r1", error="boom", now=T0),

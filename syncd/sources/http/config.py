@@ -192,6 +192,17 @@ def _template(value: Any) -> Any:
     return value
 
 
+def _window_template(value: Any) -> Any:
+    if (
+        not isinstance(value, str)
+        or "{since}" not in value
+        or "{until}" not in value
+        or "\x00" in value
+    ):
+        fail("Must be a text holding {since} and {until}")
+    return value
+
+
 def _lag(value: Any) -> Any:
     if not is_number(value) or not 0 <= value <= LAG_MAX:
         fail(f"Must be a number of seconds between 0 and {LAG_MAX}")
@@ -204,6 +215,10 @@ MarkFormat = Annotated[str, BeforeValidator(_mark_format), pattern_of(_FORMAT_PA
 _TEMPLATE_PATTERN = "^[^\\u0000]*\\{since\\}[^\\u0000]*$"
 Template = Annotated[str, BeforeValidator(_template), pattern_of(_TEMPLATE_PATTERN)]
 Lag = Annotated[float, Field(ge=0, le=LAG_MAX), BeforeValidator(_lag)]
+_WINDOW_TEMPLATE_PATTERN = "^(?=[^\\u0000]*\\{since\\})(?=[^\\u0000]*\\{until\\})[^\\u0000]*$"
+WindowTemplate = Annotated[
+    str, BeforeValidator(_window_template), pattern_of(_WINDOW_TEMPLATE_PATTERN)
+]
 
 
 class Incremental(KindConfig):
@@ -238,6 +253,19 @@ class Incremental(KindConfig):
         "source's clock may run behind syncd's, or how late the source shows a change after "
         "its time.",
         examples=[300],
+    )
+    until_param: ParamName = absent(
+        description=f"{PARAM_DESCRIPTION} a backfill sends the end of its window as "
+        "(`POST /connectors/{id}/sync` with `mode: backfill` and `until`), in `in` and "
+        "`format` as `param`. Records at or after `until` are never made documents, whether "
+        "or not the source is told.",
+        examples=["until", "before"],
+    )
+    window_template: WindowTemplate = absent(
+        description="The text a backfill with an `until` sends as `param` instead of "
+        "`template`, with `{since}` and `{until}` replaced by the window's bounds (Jira: "
+        '`updated >= "{since}" AND updated < "{until}" ORDER BY updated ASC`).',
+        examples=['updated >= "{since}" AND updated < "{until}"'],
     )
     deleted_field: FieldPath = absent(
         description="Path of a record's tombstone flag: a record whose value there is "

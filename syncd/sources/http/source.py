@@ -5,7 +5,8 @@ Config keys: ``url``, ``method`` (GET or POST), ``body`` (a JSON object), ``para
 per request), ``records`` (path to the record array; absent means the body itself is the
 array), ``id_field`` (read by the sync engine), ``fail_when`` (errors reported in a 2xx body),
 ``pagination`` (one of :data:`~syncd.sources.http.pagination.PAGINATION_TYPES`, cursor by default),
-``incremental`` (``{"field", "param", "in", "template", "format", "lag"}``), ``timeout``
+``incremental`` (``{"field", "param", "in", "template", "format", "lag", "until_param",
+"window_template"}``), ``timeout``
 (``{"read", "connect"}``), ``max_pages``, ``auth`` (bearer, basic, api_key or oauth2:
 :mod:`syncd.sources.http.auth`). Paths are :mod:`syncd.paths`' (dotted, or JSON Pointer).
 """
@@ -46,6 +47,7 @@ from syncd.sources.http.pagination import (
     Watched,
     build_pagination,
 )
+from syncd.sources.http.window import beyond, read_mark, window_request
 
 __all__ = ["HttpSource", "PageReport"]
 
@@ -139,6 +141,17 @@ class HttpSource:
         # A resumed crawl keeps its start (none for a crawl begun before starts were kept).
         self._now = context.now
         self._started: Any = state.get(STARTED) if context.resuming else None
+        # A backfill (DESIGN.md §12): its window replaces the mark, and the records at or
+        # after its end are left out (:mod:`syncd.sources.http.window`).
+        self._window = context.window if self._incremental is not None else None
+        self._until: tuple[int, Any] | None = None
+        if self._window is not None:
+            self._since = self._window.since
+            if self._window.until is not None:
+                try:
+                    self._until = read_mark(config, self._window.until)
+                except ValueError as exc:
+                    raise SourceError(f"backfill until {self._window.until!r}: {exc}") from None
 
     def crawl_end(self) -> CrawlEnd | None:
         """How the crawl ended, once a page ended it (``None`` before): the last page's
@@ -174,6 +187,11 @@ class HttpSource:
         inc = self._incremental
         if inc is None or self._since is None:
             return base
+        if self._window is not None:
+            try:
+                return window_request(base, inc, self._window)
+            except ValueError as exc:
+                raise SourceError(f"backfill window is not a time: {exc}") from None
         try:
             value = mark_value(self._since, inc.get("format", "as_stored"), inc.get("lag", 0))
         except ValueError as exc:
@@ -263,7 +281,18 @@ class HttpSource:
         if self._inc_field is not None:
             self._observe(records, self._inc_field)
         # Records the crawl read with the page before (an offset crawl's overlap).
-        return Page(records[found.skip :] if found.skip else records, found.cursor)
+        if found.skip:
+            records = records[found.skip :]
+        filtered = 0
+        if self._until is not None and self._inc_field is not None:
+            fmt, until, field = self._incremental_format(), self._until, self._inc_field
+            kept = [r for r in records if not beyond(r, field, until, fmt)]
+            filtered, records = len(records) - len(kept), kept
+        return Page(records, found.cursor, filtered=filtered)
+
+    def _incremental_format(self) -> str:
+        inc = self._incremental
+        return str(inc.get("format", "as_stored")) if inc is not None else "as_stored"
 
     async def _send_authenticated(self, request: PageRequest, auth: SourceAuth) -> Response:
         """Send with ``auth``'s credentials; after a 401, once more with renewed ones (an

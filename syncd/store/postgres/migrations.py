@@ -294,4 +294,10 @@ ALTER TABLE documents ADD COLUMN missed integer NOT NULL DEFAULT 0;
 CREATE INDEX documents_missed_idx ON documents (connector_id, external_id) WHERE missed > 0;
 """,
     ),
+    (
+        14,
+        # The records a run's source read and left out (a backfill's past the end of its
+        # window).
+        "ALTER TABLE runs ADD COLUMN documents_filtered bigint NOT NULL DEFAULT 0;",
+    ),
 )

@@ -41,6 +41,7 @@ class PostgresRuns:
         crawl: Crawl | None = None,
         deletions: Sequence[str] = (),
         delete_at_once: bool = False,
+        filtered: int = 0,
     ) -> list[str]:
         """Upsert one page and checkpoint it in one transaction fenced by ``run_id``
         (:class:`Fenced` otherwise); the external ids to enqueue."""
@@ -105,6 +106,7 @@ class PostgresRuns:
                 sample,
                 note,
                 len(gone),
+                filtered,
             )
         return enqueued + ([] if delete_at_once else gone)
 

@@ -347,7 +347,7 @@ UPDATE runs SET
     documents_enqueued = documents_enqueued + $3,
     documents_rejected = documents_rejected + $4,
     rejections = coalesce($5::text, rejections), note = coalesce($6::text, note),
-    deleted = deleted + $7
+    deleted = deleted + $7, documents_filtered = documents_filtered + $8
 WHERE id = $1"""
 
 # The fence of a run's writes that do not checkpoint (its requeue of aborted documents): the

@@ -268,6 +268,8 @@ MIGRATIONS: tuple[Migration, ...] = (
             "WHERE missed > 0",
         ),
     ),
+    # The records a run's source read and left out (a backfill's past the end of its window).
+    Migration(15, ("ALTER TABLE runs ADD COLUMN documents_filtered INTEGER NOT NULL DEFAULT 0",)),
 )
 
 

@@ -42,6 +42,7 @@ class SQLiteRuns:
         crawl: Crawl | None = None,
         deletions: Sequence[str] = (),
         delete_at_once: bool = False,
+        filtered: int = 0,
     ) -> list[str]:
         """Upsert a crawled page and checkpoint the run in one transaction, fenced by
         ``run_id`` (see :meth:`syncd.store.Store.commit_page`). Returns the external ids to
@@ -121,7 +122,16 @@ class SQLiteRuns:
                     sample = merge_rejections(run[1], int(run[0]) + 1, rejected)
             conn.execute(
                 sql.RUN_PAGE,
-                (len(documents), len(enqueue), len(rejected), sample, note, len(gone), run_id),
+                (
+                    len(documents),
+                    len(enqueue),
+                    len(rejected),
+                    sample,
+                    note,
+                    len(gone),
+                    filtered,
+                    run_id,
+                ),
             )
             return enqueue, gone
 

@@ -232,8 +232,8 @@ RUN_REJECTIONS = "SELECT pages, rejections FROM runs WHERE id = ?"
 RUN_PAGE = (
     "UPDATE runs SET pages = pages + 1, documents_seen = documents_seen + ?, "
     "documents_enqueued = documents_enqueued + ?, documents_rejected = documents_rejected + ?, "
-    "rejections = COALESCE(?, rejections), note = COALESCE(?, note), deleted = deleted + ? "
-    "WHERE id = ?"
+    "rejections = COALESCE(?, rejections), note = COALESCE(?, note), deleted = deleted + ?, "
+    "documents_filtered = documents_filtered + ? WHERE id = ?"
 )
 # The fence of a run's writes that do not checkpoint (e.g. its requeue of aborted documents):
 # read under the write lock, so an abort cannot slip in before the write.
